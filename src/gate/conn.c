@@ -85,7 +85,7 @@ static bool client_still_taking(struct conn *c)
     return true;
 }
 
-static size_t head_limit(const struct conn *c)
+size_t conn_head_limit(const struct conn *c)
 {
     uint64_t h =
         c->ex.pol != NULL ? c->ex.header_bytes : c->gw->current->policy->limits.header_bytes;
@@ -164,7 +164,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
         return;
     }
     c->state = CS_HEAD;
-    if (stream_set_read_cap(c->client, head_limit(c)) < 0) {
+    if (stream_set_read_cap(c->client, conn_head_limit(c)) < 0) {
         conn_free(c);
         return;
     }
@@ -911,7 +911,7 @@ void conn_exchange_done(struct conn *c)
     c->state = CS_HEAD;
     /* Its input holds at most a head. Capped since its accept, so never
      * out of memory here: closed all the same if it were. */
-    if (stream_set_read_cap(c->client, head_limit(c)) < 0) {
+    if (stream_set_read_cap(c->client, conn_head_limit(c)) < 0) {
         close_when_flushed(c);
         return;
     }
@@ -1767,7 +1767,7 @@ static void read_head(struct conn *c)
             }
         }
     }
-    size_t max = head_limit(c);
+    size_t max = conn_head_limit(c);
     size_t n = len < max ? len : max;
     const char *buf = head_pullup(in, n);
     if (buf == NULL) {

@@ -430,6 +430,10 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
  * Not to be called from <c>'s own callbacks. */
 bool conn_redecide(struct conn *c, time_t now);
 uint64_t conn_idle_ms(const struct conn *c);
+/* The largest request head <c> reads: its limits.header_bytes (32 KiB
+ * when unset, 16 MiB at most). A head the gateway forwards is held to it
+ * too (forward_prepare()). */
+size_t conn_head_limit(const struct conn *c);
 /* The client of <c> is no longer read while its exchange waits (it ended
  * its side, or bytes it sent wait in its input: a body or a CONNECT's
  * first bytes come early, a request pipelined behind a plain one): its

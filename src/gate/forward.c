@@ -100,9 +100,23 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     /* The last exchange's buffer when the connection kept one. */
     ex->uphead = c->spare_head != NULL ? c->spare_head : evbuffer_new();
     c->spare_head = NULL;
-    if (ex->uphead == NULL || http1_write_upstream_request_keep(
-                                  req, ex->uphead, !req->conn_close && !sends_a_body(ex)) < 0) {
+    int rc = ex->uphead == NULL ? -1
+                                : http1_write_upstream_request_keep(
+                                      req, ex->uphead, !req->conn_close && !sends_a_body(ex));
+    /* What goes on holds no more than the gateway itself takes, its own
+     * fields (Via, Connection, a Host) and the lines it writes anew
+     * counted: a next hop with the same limits (a second sluice) would
+     * refuse it. Refused as a request that came so. */
+    if (rc == HTTP1_TOO_MANY_FIELDS) {
+        *why = "too many headers (with those the gateway adds)";
+        return REASON_BAD_REQUEST;
+    }
+    if (rc < 0) {
         *why = "cannot build the upstream request";
+        return REASON_BAD_REQUEST;
+    }
+    if (evbuffer_get_length(ex->uphead) > conn_head_limit(c)) {
+        *why = "request head too large (as the gateway would forward it)";
         return REASON_BAD_REQUEST;
     }
     /* ex->req_body: set by handle_request() (conn.c), refusals need it too */
@@ -262,6 +276,21 @@ static void fail_invalid_response(struct conn *c, const char *why)
     char what[128];
     snprintf(what, sizeof(what), "the upstream sent an invalid response (%s)", why);
     fail(c, what);
+}
+
+/* fail() for a response head the writer did not write (<rc>, its return):
+ * out of memory, or a head that would go on with more fields or bytes
+ * than the gateway takes, its own counted (Via, Date, Connection), which a
+ * client or gateway in front with the same limits (a second sluice) would
+ * refuse: refused as one that came so. */
+static void fail_written(struct conn *c, int rc)
+{
+    if (rc == HTTP1_TOO_MANY_FIELDS)
+        fail_invalid_response(c, "too many headers, with those the gateway adds");
+    else if (rc == HTTP1_TOO_BIG)
+        fail_invalid_response(c, "head too large, with the fields the gateway adds");
+    else
+        fail(c, "out of memory");
 }
 
 /* The client's request body is not valid chunked framing: its fault, so
@@ -711,9 +740,11 @@ static int read_response_head(struct conn *c, bool force)
             }
             /* Not to an HTTP/1.0 client (RFC 9110 15.2), which would take
              * it for the answer. */
-            if (!ex->client_v10 &&
-                http1_write_upstream_response(rsp, c->scratch, 0, response_date(c)) < 0) {
-                fail(c, "out of memory");
+            int wr = ex->client_v10 ? 0
+                                    : http1_write_upstream_response_max(rsp, c->scratch, 0,
+                                                                        response_date(c), limit);
+            if (wr < 0) {
+                fail_written(c, wr);
                 return -1;
             }
             evbuffer_drain(in, rsp->head_len);
@@ -766,8 +797,9 @@ static int read_response_head(struct conn *c, bool force)
         bool no_te = ex->unchunk || (ex->client_v10 && ex->rsp_body == BODY_NONE);
         unsigned flags =
             (ex->keep_alive ? HTTP1_RSP_KEEP_ALIVE : 0u) | (no_te ? HTTP1_RSP_UNCHUNKED : 0u);
-        if (http1_write_upstream_response(rsp, c->scratch, flags, response_date(c)) < 0) {
-            fail(c, "out of memory");
+        int wr = http1_write_upstream_response_max(rsp, c->scratch, flags, response_date(c), limit);
+        if (wr < 0) {
+            fail_written(c, wr);
             return -1;
         }
         evbuffer_drain(in, rsp->head_len);

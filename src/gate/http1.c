@@ -1170,7 +1170,9 @@ struct head_out {
     } piece[HEAD_PIECES];
     size_t npieces;
     size_t len;
-    const char *line_end;                 /* where the last piece ends when it is field lines */
+    size_t nfields;       /* the field lines written: head_commit() refuses past HTTP_MAX_HEADERS */
+    size_t max_len;       /* and a head longer than this */
+    const char *line_end; /* where the last piece ends when it is field lines */
     char content_length[FORMAT_UINT_MAX]; /* the one value head_fields() writes */
     char te_small[128];                   /* the Transfer-Encoding value written, */
     char *te;                             /* or on the heap when longer (NULL) */
@@ -1214,6 +1216,8 @@ static void head_init(struct head_out *h)
 {
     h->npieces = 0;
     h->len = 0;
+    h->nfields = 0;
+    h->max_len = SIZE_MAX;
     h->line_end = NULL;
     h->te = NULL;
     h->tail_len = 0;
@@ -1237,13 +1241,19 @@ static void head_tail_end(struct head_out *h)
     piece(h, h->tail, h->tail_len);
 }
 
-/* Writes the head to <out> and frees what <h> holds, written or not. */
+/* Writes the head to <out> and frees what <h> holds, written or not.
+ * Returns 0, HTTP1_TOO_MANY_FIELDS or HTTP1_TOO_BIG (nothing written), or
+ * -1. */
 static int head_commit(struct head_out *h, struct evbuffer *out)
 {
     struct evbuffer_iovec v;
     int rc = -1;
-    if (h->npieces <= HEAD_PIECES && evbuffer_reserve_space(out, (ev_ssize_t)h->len, &v, 1) >= 1 &&
-        v.iov_len >= h->len) {
+    if (h->nfields > HTTP_MAX_HEADERS)
+        rc = HTTP1_TOO_MANY_FIELDS;
+    else if (h->len > h->max_len)
+        rc = HTTP1_TOO_BIG;
+    else if (h->npieces <= HEAD_PIECES &&
+             evbuffer_reserve_space(out, (ev_ssize_t)h->len, &v, 1) >= 1 && v.iov_len >= h->len) {
         char *d = v.iov_base;
         for (size_t i = 0; i < h->npieces; i++) {
             memcpy(d, h->piece[i].p, h->piece[i].n);
@@ -1301,6 +1311,7 @@ static void head_transfer_encoding(struct head_out *h, const struct http_header 
     }
     if (len == 0)
         return;
+    h->nfields++;
     piece(h, first->name, first->name_len);
     piece(h, ": ", 2);
     piece(h, v, len);
@@ -1346,6 +1357,7 @@ static bool via_follows(const struct http_header *hdrs, size_t i, size_t n,
  * they came: RFC 9110 7.6.3); the member alone when it came empty. */
 static void head_via_appended(struct head_out *h, const struct http_header *last, int minor)
 {
+    h->nfields++;
     piece(h, last->name, last->name_len);
     piece(h, ": ", 2);
     if (last->value_len > 0) {
@@ -1365,6 +1377,7 @@ static void head_via_appended(struct head_out *h, const struct http_header *last
  * one, in the tail. */
 static void tail_via(struct head_out *h, int minor)
 {
+    h->nfields++;
     if (minor == 0)
         TAIL_LIT(h, "Via: " VIA_MEMBER_10 "\r\n");
     else
@@ -1410,6 +1423,7 @@ static unsigned head_fields(struct head_out *h, const struct http_header *hdrs, 
             length_sent = true;
             if (f->plain && is_decimal_of(f->value, f->value_len, content_length))
                 break; /* the line as it came, in the run of those around it */
+            h->nfields++;
             piece(h, f->name, f->name_len);
             piece(h, ": ", 2);
             piece(h, h->content_length,
@@ -1442,6 +1456,7 @@ static unsigned head_fields(struct head_out *h, const struct http_header *hdrs, 
         case HTTP_FIELD_MAX_FORWARDS:
             if (h->max_forwards < 0)
                 break;
+            h->nfields++;
             piece(h, f->name, f->name_len);
             piece(h, ": ", 2);
             piece(h, h->max_forwards_text,
@@ -1451,6 +1466,7 @@ static unsigned head_fields(struct head_out *h, const struct http_header *hdrs, 
         default:
             break;
         }
+        h->nfields++;
         if (f->plain) {
             piece_line(h, f->name, f->name_len + f->value_len + 4);
             continue;
@@ -1481,6 +1497,7 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
     piece(h, req->path, req->path_len);
     piece(h, " HTTP/1.1\r\n", 11);
     if (req->host_header == NULL) {
+        h->nfields++;
         piece(h, req->host_ipv6 ? "Host: [" : "Host: ", req->host_ipv6 ? 7 : 6);
         piece_lit(h, req->host);
         if (req->host_ipv6)
@@ -1504,22 +1521,30 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
                                 req->version_minor == 0, req->version_minor);
     if ((sent & SENT_VIA) == 0)
         tail_via(h, req->version_minor);
+    h->nfields++;
     if (keep_alive)
         TAIL_LIT(h, "Connection: keep-alive\r\n\r\n");
     else
         TAIL_LIT(h, "Connection: close\r\n\r\n");
     head_tail_end(h);
-    return head_commit(h, out) < 0 ? -1 : 0;
+    return head_commit(h, out);
 }
 
 int http1_write_upstream_response(const struct http_response *rsp, struct evbuffer *out,
                                   unsigned flags, const char *date)
+{
+    return http1_write_upstream_response_max(rsp, out, flags, date, SIZE_MAX);
+}
+
+int http1_write_upstream_response_max(const struct http_response *rsp, struct evbuffer *out,
+                                      unsigned flags, const char *date, size_t max_len)
 {
     struct head_out hb, *h = &hb;
     char status[FORMAT_UINT_MAX + 1];
     if (rsp->status < 0 || rsp->status > 999)
         return -1;
     head_init(h);
+    h->max_len = max_len;
     piece(h, "HTTP/1.1 ", 9);
     size_t sn = format_uint(status, (uint64_t)rsp->status, 3);
     status[sn++] = ' ';
@@ -1543,10 +1568,12 @@ int http1_write_upstream_response(const struct http_response *rsp, struct evbuff
     /* RFC 9110 6.6.1: a recipient with a clock appends the Date of a
      * response that came without one to what it forwards. */
     if ((sent & SENT_DATE) == 0 && date != NULL && date[0] != '\0') {
+        h->nfields++;
         TAIL_LIT(h, "Date: ");
         tail_add(h, date, HTTP_DATE_LEN);
         TAIL_LIT(h, "\r\n");
     }
+    h->nfields += rsp->status >= 200;
     if (rsp->status < 200)
         TAIL_LIT(h, "\r\n");
     else if (flags & HTTP1_RSP_KEEP_ALIVE)
@@ -1554,5 +1581,5 @@ int http1_write_upstream_response(const struct http_response *rsp, struct evbuff
     else
         TAIL_LIT(h, "Connection: close\r\n\r\n");
     head_tail_end(h);
-    return head_commit(h, out) < 0 ? -1 : 0;
+    return head_commit(h, out);
 }

@@ -38,6 +38,11 @@ struct evbuffer;
 #define HTTP1_NEED_MORE 0
 #define HTTP1_BAD       (-1)
 #define HTTP1_TOO_BIG   (-2)
+/* The writers' refusal of a head that would go on with more than
+ * HTTP_MAX_HEADERS fields (those the writer adds counted), which the
+ * gateway itself would refuse to read: a next hop with the same limit (a
+ * second sluice) would too. */
+#define HTTP1_TOO_MANY_FIELDS (-3)
 
 enum target_form {
     TARGET_ORIGIN,    /* "/path?q": not a proxy request; the caller refuses it */
@@ -264,8 +269,9 @@ bool http1_is_hop_by_hop(const char *name, size_t len);
  * "Connection: close" (the upstream connection then carries this request
  * alone, and a response without length ends at its close) and the final
  * CRLF. Content-Length / Transfer-Encoding are kept:
- * the body is forwarded unchanged. Returns 0, or -1 (wrong form, or the
- * evbuffer could not grow; <out> may then hold a partial head). */
+ * the body is forwarded unchanged. Returns 0, HTTP1_TOO_MANY_FIELDS
+ * (nothing written), or -1 (wrong form, or the evbuffer could not grow;
+ * <out> may then hold a partial head). */
 int http1_write_upstream_request(const struct http_request *req, struct evbuffer *out);
 /* The same, ending with "Connection: keep-alive" instead when <keep_alive>
  * (the gate may reuse the upstream connection for the client's next request
@@ -287,8 +293,14 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
  * IMF-fixdate of HTTP_DATE_LEN bytes (util/http_date.h), then "Connection:
  * keep-alive" or "Connection: close" per <flags> (no Connection header on a
  * 1xx; nor Content-Length or Transfer-Encoding on a 1xx, a 204 or a 304:
- * they have no body), and the final CRLF. Returns 0 or -1. */
+ * they have no body), and the final CRLF. Returns 0, HTTP1_TOO_MANY_FIELDS
+ * (nothing written) or -1. */
 int http1_write_upstream_response(const struct http_response *rsp, struct evbuffer *out,
                                   unsigned flags, const char *date);
+/* The same, refusing with HTTP1_TOO_BIG (nothing written) a head that
+ * would be longer than <max_len> bytes: one the gateway would not take
+ * itself. */
+int http1_write_upstream_response_max(const struct http_response *rsp, struct evbuffer *out,
+                                      unsigned flags, const char *date, size_t max_len);
 
 #endif

@@ -1680,6 +1680,123 @@ def test_a_trace_answered_by_the_gateway_echoes_no_credentials(gateway, net):
                             + body), raw
 
 
+def _field_lines(head):
+    """The field lines of the message head <head> (bytes, final CRLF
+    included): its lines but the start line and the empty one."""
+    lines = head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+    return lines[1:]
+
+
+def test_a_request_goes_on_with_no_more_fields_than_the_gateway_takes(gateway, net):
+    # The gateway takes at most 100 fields and adds Via and Connection (and
+    # Host, for an HTTP/1.0 request without one) to what it forwards: a
+    # request that would go on with more than 100 is refused as one that
+    # came with more, so that a next hop with the same limit (a second
+    # sluice) never gets what this one would refuse. One that goes on with
+    # 100 once its hop-by-hop fields are dropped passes.
+    got = []
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    with ScriptedUpstream(_recording_script(got, answer)) as up:
+        gw, authority = _gateway_to(gateway, net, "fields.example.test", up)
+        head = b"GET http://%s/f HTTP/1.1\r\nHost: %s\r\n" % (authority, authority)
+        many = b"".join(b"X-F%d: %d\r\n" % (i, i) for i in range(99))
+        r = exchange(gw, head + many + b"\r\n")  # 100 fields, 102 forwarded
+        assert_deny_response(r, "bad_request", wording=False)
+        assert b"too many headers" in r.body, r
+        old10 = b"GET http://%s/g HTTP/1.0\r\n" % authority
+        r = exchange(gw, old10 + b"".join(b"X-F%d: %d\r\n" % (i, i) for i in range(98)) + b"\r\n")
+        assert_deny_response(r, "bad_request", wording=False)  # 98 fields, 101 forwarded
+        assert got == [], got
+        fits = (head.replace(b"/f ", b"/h ") +
+                b"".join(b"X-F%d: %d\r\n" % (i, i) for i in range(97)) +
+                b"Proxy-Connection: keep-alive\r\nConnection: close\r\n\r\n")
+        raw = exchange_until_close(gw, fits)  # 100 fields, 100 forwarded
+    assert raw.startswith(b"HTTP/1.1 200 ") and raw.endswith(b"\r\n\r\nok"), raw
+    assert len(got) == 1 and len(_field_lines(got[0])) == 100, got
+    ev, _ = gw.decided(path="/f")
+    assert ev["decision"] == "deny" and ev["reason"] == "bad_request", ev
+
+
+def test_a_request_goes_on_with_a_head_no_larger_than_the_gateway_takes(gateway, net):
+    # The head the gateway forwards is its origin-form (shorter than the
+    # absolute-form it came in) with Via and Connection added: a head that
+    # came at limits.header_bytes can go on larger. It is refused as one
+    # that came larger, not sent to a next hop that would refuse it.
+    got = []
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    with ScriptedUpstream(_recording_script(got, answer)) as up:
+        host = "size.example.test"
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}, limits={"header_bytes": "1KiB"}))
+        authority = b"%s:%d" % (host.encode(), up.port)
+        start = b"GET http://%s/s HTTP/1.1\r\nHost: %s\r\nX-Pad: " % (authority, authority)
+        pad = b"p" * (1024 - len(start) - 4)
+        r = exchange(gw, start + pad + b"\r\n\r\n")  # 1024 bytes, 1034 or so forwarded
+        assert_deny_response(r, "bad_request", wording=False)
+        assert b"request head too large" in r.body, r
+        assert got == [], got
+        # the same head asking for the close goes on, some 1011 bytes
+        fits = start + pad[:-19] + b"\r\nConnection: close\r\n\r\n"
+        assert len(fits) == 1024
+        raw = exchange_until_close(gw, fits)
+    assert raw.startswith(b"HTTP/1.1 200 "), raw
+    assert len(got) == 1 and len(got[0]) <= 1024, got
+
+
+def test_a_response_goes_on_with_no_more_fields_than_the_gateway_takes(gateway, net):
+    # The same for an answer: the gateway adds Via, Date and Connection to
+    # what it relays; an answer that would reach the client with more than
+    # the 100 fields the gateway takes is refused as one that came with
+    # more (502 upstream_unreachable), never relayed to a client or a
+    # gateway in front that would refuse it. One that goes on with 100
+    # passes.
+    many = b"".join(b"X-R%d: %d\r\n" % (i, i) for i in range(99))
+    over = b"HTTP/1.1 200 OK\r\n" + many + b"Content-Length: 2\r\n\r\nok"  # 100, 103 out
+    got = []
+    with ScriptedUpstream(_recording_script(got, over)) as up:
+        gw, authority = _gateway_to(gateway, net, "rfields.example.test", up)
+        raw = exchange_until_close(gw, b"GET http://%s/r HTTP/1.1\r\nHost: %s\r\n"
+                                       b"Connection: close\r\n\r\n" % (authority, authority))
+    assert raw.startswith(b"HTTP/1.1 502 "), raw[:300]
+    assert b"Sluice-Reason: upstream_unreachable" in raw and b"too many headers" in raw, raw
+    fits = (b"HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n" +
+            b"".join(b"X-R%d: %d\r\n" % (i, i) for i in range(96)) +
+            b"Content-Length: 2\r\nConnection: close\r\nKeep-Alive: timeout=5\r\n\r\nok")
+    got = []
+    with ScriptedUpstream(_recording_script(got, fits)) as up:  # 100 fields, 100 out
+        gw, authority = _gateway_to(gateway, net, "rfields.example.test", up)
+        raw = exchange_until_close(gw, b"GET http://%s/r HTTP/1.1\r\nHost: %s\r\n"
+                                       b"Connection: close\r\n\r\n" % (authority, authority))
+    assert raw.startswith(b"HTTP/1.1 200 ") and raw.endswith(b"\r\n\r\nok"), raw[:300]
+    assert len(_field_lines(raw)) == 100, raw
+
+
+def test_a_response_goes_on_with_a_head_no_larger_than_the_gateway_takes(gateway, net):
+    # An answer whose head the gateway takes at limits.header_bytes would
+    # reach the client 54 bytes larger (Via and Date added): refused as an
+    # answer that came larger (502), not relayed to a gateway in front with
+    # the same limit that would refuse it. One that goes on at the limit
+    # passes.
+    def answer(size):
+        start = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\nX-Pad: "
+        return start + b"p" * (size - len(start) - 4) + b"\r\n\r\nok"
+
+    host = "rsize.example.test"
+    for size, status in ((1024, 502), (1024 - 54, 200)):
+        got = []
+        with ScriptedUpstream(_recording_script(got, answer(size))) as up:
+            gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                    static_extra={host: up.IP}, limits={"header_bytes": "1KiB"}))
+            raw = exchange_until_close(gw, b"GET http://%s:%d/r HTTP/1.1\r\nHost: %s:%d\r\n"
+                                           b"Connection: close\r\n\r\n"
+                                       % (host.encode(), up.port, host.encode(), up.port))
+        assert raw.startswith(b"HTTP/1.1 %d " % status), (size, raw[:200])
+        if status == 200:
+            assert len(raw.split(b"\r\n\r\n")[0]) + 4 == 1024, raw
+        else:
+            assert b"head too large" in raw, raw
+
+
 def test_a_request_sent_back_through_the_gateway_is_refused_as_a_loop(gateway, net):
     # RFC 9110 7.6.3: Via lets a proxy tell a request loop. The origin here
     # is a misconfigured proxy that sends each request it gets back to the

@@ -1535,10 +1535,14 @@ def test_transfer_codings_before_chunked_are_kept(gateway, net):
 
 @pytest.mark.parametrize("extra", [0, 1])
 def test_a_response_head_has_at_most_100_fields(gateway, net, extra):
-    # HTTP_MAX_HEADERS, as for requests: 100 field lines pass, the 101st
-    # makes the head one the parser refuses, a 502
-    fields = b"".join(b"X-H%d: v\r\n" % i for i in range(99 + extra))
-    with ScriptedUpstream(answering(b"HTTP/1.1 200 OK\r\n" + fields +
+    # HTTP_MAX_HEADERS, as for requests: 100 field lines pass (here they go
+    # on as 100: Connection and Keep-Alive dropped, Via and a Connection of
+    # the gateway's added), the 101st makes the head one the parser
+    # refuses, a 502
+    fields = b"".join(b"X-H%d: v\r\n" % i for i in range(96 + extra))
+    with ScriptedUpstream(answering(b"HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+                                    b"Connection: keep-alive\r\nKeep-Alive: timeout=5\r\n" +
+                                    fields +
                                     b"Content-Length: 2\r\n\r\nok")) as up:
         gw = evil_gateway(gateway, net, up)
         raw = raw_get(gw, up, "/fields")
@@ -1549,7 +1553,7 @@ def test_a_response_head_has_at_most_100_fields(gateway, net, extra):
             assert body.endswith(b"the upstream sent an invalid response (too many headers)\n"), raw
         else:
             assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b"ok", raw
-            assert b"\r\nX-H98: v\r\n" in head, raw
+            assert b"\r\nX-H95: v\r\n" in head, raw
         _, end = gw.decided(path="/fields")
         assert end["status"] == (502 if extra else 200), end
 

@@ -665,6 +665,53 @@ static void test_write_upstream_request_keep(void **state)
     evbuffer_free(b);
 }
 
+/* A head of <start> and <n> fields "X-Fi: i" CRLF, then <end>, into <buf>. */
+static void many_fields(char *buf, size_t cap, const char *start, int n, const char *end)
+{
+    size_t at = (size_t)snprintf(buf, cap, "%s", start);
+    for (int i = 0; i < n && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "X-F%d: %d\r\n", i, i);
+    snprintf(buf + at, cap - at, "%s", end);
+}
+
+static void test_write_no_more_fields_than_taken(void **state)
+{
+    (void)state;
+    static char head[4096];
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    /* Host and 99 more: 100 taken, 102 to go on with Via and Connection */
+    many_fields(head, sizeof(head), "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n", 99, "\r\n");
+    ok_req(head);
+    assert_int_equal(http1_write_upstream_request(&req, b), HTTP1_TOO_MANY_FIELDS);
+    assert_int_equal(evbuffer_get_length(b), 0);
+    /* 100 taken, 2 of them hop-by-hop: 100 go on, and are taken again */
+    many_fields(head, sizeof(head), "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n", 97,
+                "Connection: close\r\nKeep-Alive: 5\r\n\r\n");
+    ok_req(head);
+    assert_int_equal(http1_write_upstream_request(&req, b), 0);
+    char *s = evbuffer_text(b);
+    ok_req(s);
+    assert_int_equal(req.nheaders, HTTP_MAX_HEADERS);
+    free(s);
+    evbuffer_drain(b, evbuffer_get_length(b));
+    /* an answer: Via, Date and Connection added */
+    many_fields(head, sizeof(head), "HTTP/1.1 200 OK\r\n", 97, "Content-Length: 0\r\n\r\n");
+    const char *why = NULL;
+    assert_int_equal(http1_parse_response(head, strlen(head), sizeof(head), &rsp, &why),
+                     (int)strlen(head));
+    assert_int_equal(http1_write_upstream_response(&rsp, b, 0, NULL), 0); /* 98 + Via + Conn. */
+    evbuffer_drain(b, evbuffer_get_length(b));
+    assert_int_equal(http1_write_upstream_response(&rsp, b, 0, "Sun, 06 Nov 1994 08:49:37 GMT"),
+                     HTTP1_TOO_MANY_FIELDS);
+    assert_int_equal(evbuffer_get_length(b), 0);
+    /* and no longer than asked */
+    assert_int_equal(http1_write_upstream_response_max(&rsp, b, 0, NULL, strlen(head)),
+                     HTTP1_TOO_BIG);
+    assert_int_equal(evbuffer_get_length(b), 0);
+    evbuffer_free(b);
+}
+
 static void test_hop_by_hop(void **state)
 {
     (void)state;
@@ -1313,6 +1360,7 @@ int main(void)
         cmocka_unit_test(test_write_upstream_request),
         cmocka_unit_test(test_write_plain_lines),
         cmocka_unit_test(test_write_upstream_request_keep),
+        cmocka_unit_test(test_write_no_more_fields_than_taken),
         cmocka_unit_test(test_hop_by_hop),
         cmocka_unit_test(test_field_names),
         cmocka_unit_test(test_connection_names),
