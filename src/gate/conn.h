@@ -315,6 +315,9 @@ struct conn {
      * GATEWAY_PRI_FIRST: a later turn has polled it (forward_try_reuse()). */
     uint64_t idle_turn;
     bool idle_first;
+    /* Its idle timeout was put off, once, for a request waiting in the
+     * client's socket when it ran (forward.c, idle_event()). */
+    bool idle_put_off;
     /* The memory of <timer> and <progress_timer>, event_get_struct_event_size()
      * bytes each, event_assign()ed: no event_new() and event_free() of them a
      * connection, and 16 bytes less each than their own allocations took

@@ -1232,9 +1232,18 @@ static void idle_read(struct bufferevent *bev, void *arg)
 
 static void idle_event(struct bufferevent *bev, short what, void *arg)
 {
-    (void)bev;
-    (void)what;
-    forward_drop_idle(arg);
+    struct conn *c = arg;
+    /* Its idle timeout while the client's next request waits unread in
+     * the client's socket: the request came in time while the gateway was
+     * stopped (SIGSTOP, a paused VM, a long stall of its loop), and
+     * libevent ran this timeout before the client's read. Kept for that
+     * read (its timeout restarted, once a wait): before, the request went
+     * on a new connection. */
+    if (!c->idle_put_off && socket_read_timeout_held_for(bev, what, c->fd)) {
+        c->idle_put_off = true;
+        return;
+    }
+    forward_drop_idle(c);
 }
 
 void forward_park(struct conn *c)
@@ -1257,6 +1266,7 @@ void forward_park(struct conn *c)
     c->idle_port = ex->port;
     c->up = NULL;
     c->up_fd = -1;
+    c->idle_put_off = false;
     bufferevent_setcb(c->idle_up, idle_read, NULL, idle_event, c);
     /* Idle for idle_timeout at most: the exchange's own timeouts mostly
      * say so already (its last read armed the read timer), and setting

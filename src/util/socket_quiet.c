@@ -18,10 +18,15 @@ bool socket_is_quiet(int fd)
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-bool socket_read_timeout_held_input(struct bufferevent *bev, short what)
+bool socket_read_timeout_held_for(struct bufferevent *bev, short what, int fd)
 {
-    if (what != (BEV_EVENT_READING | BEV_EVENT_TIMEOUT) || socket_is_quiet(bufferevent_getfd(bev)))
+    if (what != (BEV_EVENT_READING | BEV_EVENT_TIMEOUT) || socket_is_quiet(fd))
         return false;
     bufferevent_enable(bev, EV_READ);
     return true;
+}
+
+bool socket_read_timeout_held_input(struct bufferevent *bev, short what)
+{
+    return socket_read_timeout_held_for(bev, what, bufferevent_getfd(bev));
 }

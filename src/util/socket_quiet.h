@@ -4,7 +4,8 @@
  * of that turn (epoll_wait() comes back with EINTR and no event after
  * SIGCONT): what came in time waits in the socket, and a timer that asks
  * here lets the read run first instead of reporting a timeout. Shared by
- * the gate's upstream reads (forward.c, connect.c) and the admin server's head
+ * the gate's upstream reads (forward.c, connect.c), a kept upstream
+ * connection's idle timeout (forward.c) and the admin server's head
  * deadline (admin.c). */
 #ifndef SLUICE_UTIL_SOCKET_QUIET_H
 #define SLUICE_UTIL_SOCKET_QUIET_H
@@ -23,5 +24,12 @@ struct bufferevent;
  * off), its timeout restarted, and true returned: the caller ignores the
  * event. False for any other event. */
 bool socket_read_timeout_held_input(struct bufferevent *bev, short what);
+
+/* As socket_read_timeout_held_input(), for what waits in another socket
+ * <fd>: a timeout of <bev> that must not run before <fd>'s read (a kept
+ * upstream connection's idle timeout before the client's next request,
+ * forward.c). The caller bounds how often it asks (once a wait): nothing
+ * says the loop reads <fd> next. */
+bool socket_read_timeout_held_for(struct bufferevent *bev, short what, int fd);
 
 #endif

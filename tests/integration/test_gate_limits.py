@@ -31,7 +31,7 @@ from gate_client import (api_rule, assert_denied, build_request, connect, cpu_se
                          poll, proc_number, read_response, read_responses, recv_until_close, request)
 from gate_servers import (BannerServer, FakeDNS, LoopbackServer, ScriptedUpstream, free_port,
                           pattern_bytes, send_ok)
-from conftest import EPOLLIN, EPOLLOUT, policy_yaml
+from conftest import EPOLLIN, EPOLLOUT, policy_yaml, wait_in_epoll
 from watch_helpers import Silent, wait_alert
 
 
@@ -771,16 +771,11 @@ def test_a_steady_upload_through_a_stopped_gateway_is_read_not_cut(gateway, net)
         os.kill(gw.proc.pid, signal.SIGCONT)
 
 
-def test_a_next_request_sent_while_the_gateway_was_stopped_is_answered(gateway, net):
-    # A kept connection waits idle_timeout (2 s) for its next head. The
-    # gateway is stopped (SIGSTOP) right after the first answer, the client
-    # sends its next request 0.5 s later, and the stop lasts past the 2 s:
-    # when the gateway runs again the head's deadline and the head are due
-    # together, and libevent ran the deadline first, which closed a
-    # connection whose request had come in time. The head waiting in the
-    # socket is read first.
-    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"}))
-
+def _next_request_while_stopped(gw, net):
+    """Sends a first request on a kept connection, stops the gateway
+    (SIGSTOP, in its epoll_wait) right after its answer, sends the next
+    request 0.5 s later and continues the gateway 3 s after the stop, past
+    idle_timeout 2 s; returns the next request's response."""
     def request(path):
         return b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n" % (
             net.url(path).encode(), net.api.port)
@@ -788,6 +783,7 @@ def test_a_next_request_sent_while_the_gateway_was_stopped_is_answered(gateway, 
     try:
         s.sendall(request("/first"))
         assert read_response(s, "GET").status == 200
+        wait_in_epoll(gw.proc.pid)
         os.kill(gw.proc.pid, signal.SIGSTOP)
         try:
             time.sleep(0.5)
@@ -800,6 +796,33 @@ def test_a_next_request_sent_while_the_gateway_was_stopped_is_answered(gateway, 
         s.close()
     assert r.status == 200, (r.status, r.header("Sluice-Reason"), r.body[:200])
     assert net.api.requests[-1].path.endswith("/second")
+    return r
+
+
+def test_a_next_request_sent_while_the_gateway_was_stopped_is_answered(gateway, net):
+    # A kept connection waits idle_timeout (2 s) for its next head. The
+    # gateway is stopped (SIGSTOP) right after the first answer, the client
+    # sends its next request 0.5 s later, and the stop lasts past the 2 s:
+    # when the gateway runs again the head's deadline and the head are due
+    # together, and libevent ran the deadline first, which closed a
+    # connection whose request had come in time. The head waiting in the
+    # socket is read first.
+    _next_request_while_stopped(
+        gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"})), net)
+
+
+def test_a_next_request_sent_while_the_gateway_was_stopped_takes_the_kept_upstream(gateway,
+                                                                                    net):
+    # As above, with the upstream connection kept idle for the next
+    # request: its idle_timeout (2 s) and the request that came in time
+    # (0.5 s into the stop) are due together when the gateway runs again,
+    # and libevent ran the idle timeout first, which dropped the kept
+    # connection before the request could take it up: the request went
+    # on a new one. The request waiting in the client's socket is read
+    # first, and goes on the kept connection.
+    _next_request_while_stopped(
+        gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"})), net)
+    assert net.api.connections == 1
 
 
 def _endless_upstream(blocked, head=b""):
