@@ -171,8 +171,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     conn_set_client_timeouts(c, false); /* the head deadline times the reading */
     clock_gettime(CLOCK_MONOTONIC, &c->t_accept);
     struct timeval tv = timeval_of_ms(next_head_ms(c));
-    c->head_deadline_put_off = false;
-    evtimer_add(c->timer, &tv);
+    conn_timer_add(c, &tv);
     bufferevent_enable(c->client, EV_READ);
     /* The head is nearly always there already: read in this round (the
      * listener's event and this read event share the base's middle priority). */
@@ -505,7 +504,7 @@ static void close_flushed(struct conn *c)
         c->drain_step_ms = 0;
         bufferevent_set_timeouts(c->client, NULL, NULL);
         drop_client_input(c);
-        evtimer_add(c->timer, &tv);
+        conn_timer_add(c, &tv);
         bufferevent_enable(c->client, EV_READ);
         return;
     }
@@ -654,7 +653,7 @@ bool conn_after_log(struct conn *c, void (*go)(struct conn *c))
      * request's decided again: deny_plain_again()). */
     if (c->tunnel == NULL && (c->ex.is_connect || c->ex.verdict != VERDICT_DENY)) {
         struct timeval idle = timeval_of_ms(conn_idle_ms(c));
-        evtimer_add(c->timer, &idle);
+        conn_timer_add(c, &idle);
     }
     c->log_go = go;
     log_wait_link(c, seq);
@@ -884,8 +883,7 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
 static void await_head(struct conn *c, uint64_t head_ms)
 {
     struct timeval tv = timeval_of_ms(head_ms);
-    c->head_deadline_put_off = false;
-    evtimer_add(c->timer, &tv);
+    conn_timer_add(c, &tv);
     if (!c->client_ended)
         bufferevent_enable(c->client, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
@@ -1813,6 +1811,46 @@ static void read_head(struct conn *c)
     handle_request(c, req);
 }
 
+void conn_timer_add(struct conn *c, const struct timeval *tv)
+{
+    c->timer_put_off = false;
+    evtimer_add(c->timer, tv);
+}
+
+/* True when what c->timer, running now, waits for lies unread in a socket:
+ * the gateway was stopped (SIGSTOP, a paused VM, a long stall of its loop)
+ * while it came, and libevent ran the timer before the read. Then the
+ * timer is put off 1 ms, once a wait (conn_timer_add()), for that read: a
+ * head, hello or quiet wait still unanswered then is over its time.
+ * Before, a head that came in time was cut by its deadline, a ClientHello
+ * judged cut short, a first side that spoke taken for none. */
+static bool timer_before_read(struct conn *c)
+{
+    bool unread;
+    if (c->timer_put_off)
+        return false;
+    switch (c->state) {
+    case CS_HEAD: /* the client's next request head */
+        unread = !c->client_ended && !socket_is_quiet(c->fd);
+        break;
+    case CS_PEEK: /* a CONNECT's first bytes; in the quiet wait, the server's too */
+        unread = !socket_is_quiet(c->fd) || (c->peek_quiet && !socket_is_quiet(c->up_fd));
+        break;
+    case CS_FORWARD: /* the rest of a response head (forward.c, head_deadline_arm()) */
+        unread = c->up != NULL && !c->ex.rsp_head_done && !socket_is_quiet(c->up_fd);
+        break;
+    default:
+        unread = false;
+        break;
+    }
+    if (!unread)
+        return false;
+    static const struct timeval one_ms = {0, 1000};
+    c->timer_put_off = true;
+    evtimer_add(c->timer, &one_ms);
+    return true;
+}
+
 static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
@@ -1820,17 +1858,8 @@ static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (log_gives_up(c, true))
         return; /* its log line waited for idle_timeout */
-    if (c->state == CS_HEAD && !c->head_deadline_put_off && !c->client_ended &&
-        !socket_is_quiet(bufferevent_getfd(c->client))) {
-        /* Bytes wait in the socket as the deadline runs: the gateway was
-         * stopped (SIGSTOP, a paused VM) while they came, and libevent ran
-         * this timer before the read. Read them first (put off 1 ms, once
-         * a head: a head still incomplete then is over its deadline). */
-        static const struct timeval one_ms = {0, 1000};
-        c->head_deadline_put_off = true;
-        evtimer_add(c->timer, &one_ms);
+    if (timer_before_read(c))
         return;
-    }
     if (c->state == CS_HEAD && evbuffer_get_length(bufferevent_get_output(c->client)) > 0)
         /* No next head in time, but the last answer (a refusal that kept
          * the connection: interim heads and a 502, say) was decided and

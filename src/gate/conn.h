@@ -295,9 +295,10 @@ struct conn {
     bool head_paused;
     struct http1_scan head_scan; /* the request head being read (conn.c, read_head()) */
     bool head_crlf_skipped;      /* the one empty line allowed before that head was dropped */
-    /* The head's deadline was put off 1 ms, once, for bytes waiting in the
-     * client's socket when it ran (conn.c, on_head_deadline()). */
-    bool head_deadline_put_off;
+    /* <timer> was put off 1 ms, once since it was armed (conn_timer_add()),
+     * for bytes waiting unread in a socket when it ran (conn.c,
+     * timer_before_read()). */
+    bool timer_put_off;
     /* The client ended its side with requests pipelined before the end
      * still in its input: they are answered in order, then the connection
      * closes (conn.c, client_ended_with_requests()). */
@@ -453,6 +454,12 @@ void conn_watch_hangup(struct conn *c);
  * writing for idle_timeout without progress: a client that keeps taking
  * bytes, however slowly, is kept (gate/drain.h). */
 void conn_set_client_timeouts(struct conn *c, bool reading);
+/* Arms c->timer for <tv>, a wait of its own: one that runs while what it
+ * waits for lies unread in a socket (the gateway was stopped, by SIGSTOP,
+ * in a paused VM or a long stall of its loop, and libevent ran the timer
+ * before the read) is put off 1 ms, once, for that read (conn.c,
+ * timer_before_read()). */
+void conn_timer_add(struct conn *c, const struct timeval *tv);
 /* Clears the client's timeouts while its exchange waits on the gateway's
  * side (resolving, connecting, a head waiting for its bandwidth bucket):
  * conn_set_client_timeouts() sets them again. */

@@ -304,7 +304,7 @@ void connect_hello_cut(struct conn *c)
     uint64_t wait =
         c->hello_cut_at - now < c->hello_poll_ms ? c->hello_cut_at - now : c->hello_poll_ms;
     struct timeval tv = timeval_of_ms(wait);
-    evtimer_add(c->timer, &tv);
+    conn_timer_add(c, &tv);
 }
 
 /* True when bytes the server sent were passed to the client (bytes_down)
@@ -428,7 +428,7 @@ void connect_start(struct conn *c)
      * instructions). */
     if (!(bufferevent_get_enabled(c->client) & EV_READ))
         bufferevent_enable(c->client, EV_READ);
-    evtimer_add(c->timer, &tv);
+    conn_timer_add(c, &tv);
     /* Bytes sent right behind the CONNECT head are already here. */
     if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
         connect_on_client_read(c);
@@ -676,7 +676,7 @@ static void hello_answered(struct conn *c, bool retry)
         c->peek_over = c->ex.client_eof;
         if (!c->peek_over) {
             bufferevent_enable(c->client, EV_READ);
-            evtimer_add(c->timer, &tv);
+            conn_timer_add(c, &tv);
         }
         if (c->peek_over || evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
             connect_on_client_read(c);
@@ -703,7 +703,7 @@ static void quiet_start(struct conn *c)
     struct timeval tv = timeval_of_ms(conn_idle_ms(c));
     c->peek_quiet = true;
     c->peek_over = false;
-    evtimer_add(c->timer, &tv);
+    conn_timer_add(c, &tv);
     if (stream_set_read_cap(c->up, PEEK_MAX) < 0) {
         conn_free(c);
         return;
@@ -741,7 +741,7 @@ static bool quiet_end(struct conn *c, size_t len)
     c->peek_over = c->ex.client_eof;
     if (!c->peek_over) {
         struct timeval tv = timeval_of_ms(PEEK_MS);
-        evtimer_add(c->timer, &tv);
+        conn_timer_add(c, &tv);
     }
     return false;
 }

@@ -671,7 +671,7 @@ static void head_deadline_arm(struct conn *c)
 {
     if (!evtimer_pending(c->timer, NULL)) {
         struct timeval tv = idle_tv(c);
-        evtimer_add(c->timer, &tv);
+        conn_timer_add(c, &tv);
     }
 }
 

@@ -815,12 +815,12 @@ class _EndSeer(LoopbackServer):
 _SEER = "seer.example.test"
 
 
-def _seer_tunnel(gateway, net, srv):
-    """A gateway whose policy allows the _EndSeer <srv>, and a tunnel to it
-    that got its 200."""
+def _seer_tunnel(gateway, net, srv, limits=None):
+    """A gateway whose policy allows the _EndSeer <srv>, with <limits>, and
+    a tunnel to it that got its 200."""
     gw = gateway(net.policy([{"host": _SEER, "ports": [srv.port], "tier": 0}],
-                            static_extra={_SEER: "127.0.0.7"}))
-    t = connect(gw, "%s:%d" % (_SEER, srv.port))
+                            static_extra={_SEER: "127.0.0.7"}, limits=limits))
+    t = connect(gw, "%s:%d" % (_SEER, srv.port), timeout=20)
     assert t.status == 200, t.text
     return gw, t
 
@@ -2505,6 +2505,94 @@ def test_a_cut_tunnel_counts_only_what_its_stalled_reader_got(gateway, net, spli
     assert abs(got - counted) <= 65536, (got, counted, end)
 
 
+def _frozen_seer(gateway, net, srv, before, during):
+    """A tunnel to the _EndSeer <srv> (idle_timeout 2 s): once <before>(gw,
+    t) returned, the gateway is stopped (SIGSTOP in its epoll_wait),
+    <during>(t) runs 0.3 s later, and the stop lasts 2.5 s more, past the
+    peek window (1 s) and past idle_timeout. Returns what the client got
+    of _ALERT, which <srv> sends once it took its <want> bytes and its <go>
+    is set (the test's or <during>'s), until the gateway closed."""
+    gw, t = _seer_tunnel(gateway, net, srv, {"idle_timeout": "2s"})
+    pid = gw.proc.pid
+    try:
+        before(gw, t)
+        wait_in_epoll(pid)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # the stop takes hold first: bytes that came before it would be
+            # events of the epoll_wait it interrupts, read before any timer
+            time.sleep(0.3)
+            during(t)
+            time.sleep(2.5)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        if srv.took.wait(HANG_GUARD_S):
+            srv.go.set()
+        return _echoed(t.sock, _ALERT)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        t.close()
+
+
+def test_the_rest_of_a_hello_that_came_while_the_gateway_was_frozen_is_judged(gateway, net):
+    # The client sends the start of its ClientHello in the peek window,
+    # which the gateway reads, and the rest while the gateway is stopped
+    # (SIGSTOP in its epoll_wait), well within the window; the stop lasts
+    # past it. When the gateway runs again, libevent ran the window's end
+    # before the read: the hello was judged cut short and refused. It is
+    # judged whole, goes up, and the server's answer comes back.
+    hello = hello_record(_SEER)
+    srv = _EndSeer(want=len(hello), reply=_ALERT)
+    with srv:
+        def before(gw, t):
+            t.sock.sendall(hello[:20])
+            gw.wait_taken(t.sock)
+        got = _frozen_seer(gateway, net, srv, before, lambda t: t.sock.sendall(hello[20:]))
+    assert got == _ALERT, got
+    assert srv.got == hello
+
+
+@pytest.mark.parametrize("side", ["client", "server"])
+def test_first_bytes_that_came_in_a_frozen_quiet_wait_are_taken(gateway, net, side):
+    # Nothing came in the peek window: the gateway waits idle_timeout (2 s)
+    # for the first side to speak. That side (the client with its
+    # ClientHello, or a server that speaks first) speaks while the gateway
+    # is stopped (SIGSTOP in its epoll_wait), and the stop lasts past the
+    # wait. When the gateway runs again, libevent ran the wait's end before
+    # the read: the tunnel was closed as one that carried nothing. What
+    # came is taken, and the tunnel goes on.
+    hello = hello_record(_SEER)
+    srv = _EndSeer(want=len(hello) if side == "client" else 0, reply=_ALERT)
+    with srv:
+        def before(gw, t):
+            # the quiet wait reads the server too: the window is over
+            gw.wait_reading(gw.upstream_end(srv.port))
+
+        def during(t):
+            if side == "client":
+                t.sock.sendall(hello)
+            else:
+                srv.go.set()
+        got = _frozen_seer(gateway, net, srv, before, during)
+    assert got == _ALERT, got
+    if side == "client":
+        assert srv.got == hello
+
+
+def _echoed(sock, want):
+    """What <sock> got, read until <want> came or the gateway closed."""
+    got = b""
+    while len(got) < len(want):
+        try:
+            d = sock.recv(4096)
+        except OSError as e:
+            return got + repr(e).encode()
+        if not d:
+            break
+        got += d
+    return got
+
+
 def test_a_hello_answer_that_came_while_the_gateway_was_frozen_is_passed_on(gateway, net):
     # The server answers the ClientHello while the gateway is stopped
     # (SIGSTOP in its epoll_wait, as a paused VM or a long stall of its
@@ -2515,10 +2603,7 @@ def test_a_hello_answer_that_came_while_the_gateway_was_frozen_is_passed_on(gate
     hello = hello_record(_SEER)
     srv = _EndSeer(want=len(hello), reply=_ALERT)
     with srv:
-        gw = gateway(net.policy([{"host": _SEER, "ports": [srv.port], "tier": 0}],
-                                static_extra={_SEER: "127.0.0.7"}, limits={"idle_timeout": "1s"}))
-        t = connect(gw, "%s:%d" % (_SEER, srv.port), timeout=20)
-        assert t.status == 200, t.text
+        gw, t = _seer_tunnel(gateway, net, srv, {"idle_timeout": "1s"})
         pid = gw.proc.pid
         try:
             t.sock.sendall(hello)

@@ -1701,20 +1701,24 @@ def test_a_write_with_a_body_cannot_smuggle_a_request(gateway, net, hidden):
 
 
 
-def test_an_answer_that_came_while_the_gateway_was_frozen_is_taken(gateway, net):
-    # The origin answers at once, while the gateway is stopped (SIGSTOP in
-    # its epoll_wait, as a paused VM or a long stall of its loop) for over
-    # idle_timeout: when it runs again, libevent ran the upstream's read
-    # timeout before the read (epoll_wait comes back with EINTR after
-    # SIGCONT) and the agent got a 502 "the upstream did not answer in
-    # time" for an answer that waited in the socket. It gets the answer.
+def _answer_across_a_freeze(gateway, net, path, before, after):
+    """GETs <path> from an origin that sends <before> (read by the gateway
+    before it is stopped), then <after> while the gateway is stopped
+    (SIGSTOP in its epoll_wait, as a paused VM or a long stall of its
+    loop), 0.3 s into the stop: bytes that came sooner would be events of
+    the epoll_wait the stop interrupts. The stop lasts 2.5 s more, past
+    idle_timeout (1 s). Returns the agent's response."""
     held, done = {}, threading.Event()
 
     def script(conn, stop, received):
         gw = held["gw"]
+        if before:
+            conn.sendall(before)
+            gw.wait_taken(conn)
         wait_in_epoll(gw.proc.pid)
         gw.proc.send_signal(signal.SIGSTOP)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        time.sleep(0.3)
+        conn.sendall(after)
         done.set()
         stop.wait(1)
 
@@ -1722,15 +1726,37 @@ def test_an_answer_that_came_while_the_gateway_was_frozen_is_taken(gateway, net)
         gw = held["gw"] = evil_gateway(gateway, net, up, limits={"idle_timeout": "1s"})
         s = open_conn(gw, timeout=20)
         try:
-            s.sendall(evil_get("/frozen", up))
+            s.sendall(evil_get(path, up))
             assert done.wait(10), up.errors
-            time.sleep(2.5)  # past idle_timeout: the answer waits in the socket
+            time.sleep(2.5)  # past idle_timeout: what came waits in the socket
             gw.proc.send_signal(signal.SIGCONT)
             r = read_response(s, "GET")
         finally:
             gw.proc.send_signal(signal.SIGCONT)
             s.close()
     assert (r.status, r.body) == (200, b"ok"), (r.status, r.body, gw.stderr()[-1000:])
+
+
+def test_an_answer_that_came_while_the_gateway_was_frozen_is_taken(gateway, net):
+    # The origin answers while the gateway is stopped for over
+    # idle_timeout: when it runs again, libevent ran the upstream's read
+    # timeout before the read (epoll_wait comes back with EINTR after
+    # SIGCONT) and the agent got a 502 "the upstream did not answer in
+    # time" for an answer that waited in the socket. It gets the answer.
+    _answer_across_a_freeze(gateway, net, "/frozen", b"",
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+
+def test_the_rest_of_a_head_that_came_while_the_gateway_was_frozen_is_taken(gateway, net):
+    # The origin sends the start of its response head, which the gateway
+    # reads (the head now has idle_timeout, 1 s, to be complete), and the
+    # rest while the gateway is stopped, well within that second; the stop
+    # lasts past it. When the gateway runs again, libevent ran the head's
+    # deadline before the read: the agent got a 502 "the upstream did not
+    # send its response head in time" for a head that came in time. It
+    # gets the answer.
+    _answer_across_a_freeze(gateway, net, "/half-frozen", b"HTTP/1.1 200 OK\r\n",
+                            b"Content-Length: 2\r\n\r\nok")
 
 
 def test_a_connect_that_completed_while_the_gateway_was_frozen_is_taken(gateway, net):
