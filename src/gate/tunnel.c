@@ -18,6 +18,7 @@
 #include "gate/drain.h"
 #include "gate/stream.h"
 #include "shape/quota.h"
+#include "util/socket_quiet.h"
 #include "util/units.h"
 #include "util/zalloc.h"
 
@@ -122,6 +123,7 @@ struct tunnel {
     struct event *idle;   /* the next step; armed at a step, not at each move (in ev_mem,
                            * NULL until set) */
     bool moved;           /* bytes moved since the last step, the last at <moved_ms> */
+    bool late_read;       /* a step was put off 1 ms since the last move (input_unread()) */
     uint64_t moved_ms;    /* CLOCK_MONOTONIC */
     struct event *linger; /* over() polled: made when first needed, or NULL */
     struct timeval step_tv;
@@ -716,6 +718,22 @@ static bool upload_held(const struct tunnel *t)
            (p.revents & (POLLIN | POLLRDHUP | POLLHUP)) != 0;
 }
 
+/* True when a socket the tunnel reads holds what it has not read: it came
+ * while the gateway was stopped (SIGSTOP, a paused VM, a long stall of its
+ * loop), and libevent ran the idle step before the read. The step that
+ * would end the tunnel is put off 1 ms for that read, once since the last
+ * move. Before, a tunnel whose client or server spoke in time was closed
+ * as idle. */
+static bool input_unread(const struct tunnel *t)
+{
+    for (int i = 0; i < 2; i++) {
+        const struct dir *d = &t->d[i];
+        if (d->rd_on && !d->eof && !socket_is_quiet(d->src))
+            return true;
+    }
+    return false;
+}
+
 /* A step passed. When bytes moved during it, the wait starts anew from
  * the last move, the next step a step after it (pump() only notes a
  * move, with the time: re-arming the timer at every wakeup that moved
@@ -742,6 +760,7 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
         if (t->moved && now >= t->moved_ms && now - t->moved_ms < t->step_ms)
             tv = timeval_of_ms(t->step_ms - (now - t->moved_ms) + 1);
         t->moved = false;
+        t->late_read = false;
         drain_reset(&t->drain);
         event_add(t->idle, &tv);
         return;
@@ -749,6 +768,12 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
     int64_t a = drain_send_queue(t->fd[0]), b = drain_send_queue(t->fd[1]);
     if (drain_keeps(&t->drain, a < 0 || b < 0 ? -1 : a + b, t->step_ms, t->idle_ms)) {
         event_add(t->idle, &t->step_tv);
+        return;
+    }
+    if (!t->late_read && input_unread(t)) {
+        static const struct timeval one_ms = {0, 1000};
+        t->late_read = true;
+        event_add(t->idle, &one_ms);
         return;
     }
     end(t, TUNNEL_IDLE);

@@ -19,7 +19,7 @@ import pytest
 from conftest import API_IP, DEAD_IP, policy_yaml
 from gate_client import (api_rule, connect, fd_named, fifo_write_end, open_conn, other_rule,
                          other_url, poll, read_head, read_response, recv_line, request, utc_today)
-from gate_servers import BannerServer, FullListener, LoopbackServer, ScriptedUpstream
+from gate_servers import BannerServer, EchoServer, FullListener, ScriptedUpstream
 from watch_helpers import free_tcp_port
 
 FILLER = 50000  # enough rules that a load takes a visible time
@@ -485,31 +485,6 @@ def test_a_tier3_expiry_more_than_a_year_ahead_is_warned_at_start_and_reload(gat
 
 # --------------------------------------------------------------------------
 # open tunnels are decided again after a reload
-
-
-ECHO_IDLE_GUARD_S = 300  # an echoed connection's quiet time, at most (a hang guard)
-
-
-class EchoServer(LoopbackServer):
-    """A plain TCP upstream that sends back every byte it receives, until
-    its peer ends the connection."""
-
-    def _serve(self, conn):
-        # a hang guard only: a tunnel may rightly stay quiet for as long as
-        # its test goes on (the first of 16 tunnels held open across 16
-        # reloads was quiet 27.5 s under seven other test runs; at 30 s the
-        # echo closed it and the test saw "the tunnel was closed")
-        conn.settimeout(ECHO_IDLE_GUARD_S)
-        try:
-            while True:
-                d = conn.recv(65536)
-                if not d:
-                    break
-                conn.sendall(d)
-        except OSError:
-            pass
-        finally:
-            conn.close()
 
 
 ECHO_NAMES = {"echo.example.test": API_IP, "echo2.example.test": API_IP}
