@@ -393,6 +393,24 @@ def _reload_then_send(gw, t, new_policy, rest):
     return reply, time.monotonic() - t0
 
 
+def _held_across_a_reload(gw, sink, new_policy, case):
+    """Opens a tunnel to <sink> through <gw>, whose policy holds it to
+    1 KiB/s, reloads <gw> with <new_policy> (which must too) and checks that
+    4 KiB more then take at least 3 s, all of it reaching the sink, and that
+    the tunnel is still allowed, as it was (<case> names the run)."""
+    t = connect(gw, "sink.example.test:%d" % sink.port)
+    assert t.status == 200
+    first = b"\0" + pattern_bytes(999)  # neither TLS nor HTTP: the tunnel opens
+    t.sock.sendall(first)
+    _at_sink(sink, len(first))  # the tunnel is open, its flow too
+    rest = pattern_bytes(4 * KIB)
+    reply, elapsed = _reload_then_send(gw, t, new_policy, rest)
+    _assert_sink_got(reply, first + rest)
+    assert elapsed >= 2.5, "%s: 4 KiB at 1 KiB/s after the reload took only %.2fs" % (
+        case, elapsed)
+    assert not gw.events(reason="not_in_policy"), case  # still allowed, as it was
+
+
 def test_reload_reshapes_a_running_tunnel(gateway, net):
     # A tunnel opened under 1 MiB/s; the policy is reloaded to 1 KiB/s while
     # it is open, and what the agent sends next goes at the new rate: the
@@ -445,18 +463,7 @@ def test_reload_that_edits_the_rule_keeps_the_tunnel_shaped(gateway, net):
                 elif edited:
                     rule["host"] = "*.example.test"
                 return net.policy([rule], static_extra={"sink.example.test": SINK_IP})
-            gw = gateway(policy(False))
-            t = connect(gw, "sink.example.test:%d" % sink.port)
-            assert t.status == 200
-            first = b"\0" + pattern_bytes(999)  # neither TLS nor HTTP: the tunnel opens
-            t.sock.sendall(first)
-            _at_sink(sink, len(first))  # the tunnel is open
-            rest = pattern_bytes(4 * KIB)
-            reply, elapsed = _reload_then_send(gw, t, policy(True), rest)
-            _assert_sink_got(reply, first + rest)
-            assert elapsed >= 2.5, "%s: 4 KiB at 1 KiB/s after the reload took only %.2fs" % (
-                case, elapsed)
-            assert not gw.events(reason="not_in_policy"), case  # still allowed, as it was
+            _held_across_a_reload(gateway(policy(False)), sink, policy(True), case)
         finally:
             sink.stop()
 
@@ -852,6 +859,31 @@ def test_tunnel_is_held_to_the_bandwidth_of_the_grant_that_raised_its_tier(gatew
         t.close()
     finally:
         sink.stop()
+
+
+def test_a_reload_keeps_a_tunnel_held_to_the_bandwidth_of_its_grant(gateway, net):
+    # A tunnel decided by an open tier-0 rule and classified at the tier of
+    # a tier-3 POST grant of 1 KiB/s is held to the grant's bandwidth; a
+    # reload decides it again (conn.c, rebase_exchange()) and must keep it
+    # so, whether the policy is the same or the grant's identity changed (a
+    # port added): 4 KiB more after the reload take at least 3 s. Without
+    # the grant passed on by the rebase, its flow kept only the deciding
+    # rule's limits and the 4 KiB went at once.
+    for case in ("same", "port_added"):
+        sink = HashSink(SINK_IP)
+        try:
+            def policy(edited):
+                open_rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0}
+                grant = {"host": "sink.example.test", "ports": [sink.port], "tier": 3,
+                         "methods": ["POST"], "owner": "alice", "expires": "2099-12-31",
+                         "rate": {"bandwidth": "1KiB/s"}}
+                if edited and case == "port_added":
+                    grant["ports"] = [sink.port, sink.port + 1]
+                return net.policy([open_rule, grant],
+                                  static_extra={"sink.example.test": SINK_IP})
+            _held_across_a_reload(gateway(policy(False)), sink, policy(True), case)
+        finally:
+            sink.stop()
 
 
 def _push_quietly(sock, n):
