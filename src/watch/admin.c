@@ -445,7 +445,12 @@ static void conn_answer(struct admin_conn *c)
     } else if (h->page == ADMIN_HEALTHZ) {
         char why[256], text[300];
         if (metrics_health(c->a->m, why, sizeof(why))) {
-            conn_reply_text(c, 200, "OK", "", "ok\n");
+            if (why[0] == '\0') {
+                conn_reply_text(c, 200, "OK", "", "ok\n");
+            } else {
+                snprintf(text, sizeof(text), "ok: %s\n", why);
+                conn_reply_text(c, 200, "OK", "", text);
+            }
         } else {
             snprintf(text, sizeof(text), "unhealthy: %s\n", why);
             conn_reply_text(c, 503, "Service Unavailable", "", text);

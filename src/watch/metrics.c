@@ -356,6 +356,10 @@ bool metrics_health(struct metrics *m, char *why, size_t cap)
         snprintf(why, cap, "exec sinks: %s", g.exec_off);
         return false;
     }
+    if (g.state_waiting != NULL)
+        snprintf(why, cap, "state store: %s", g.state_waiting);
+    else if (cap > 0)
+        why[0] = '\0';
     return true;
 }
 

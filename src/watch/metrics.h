@@ -75,10 +75,13 @@ struct metrics_gauges {
     size_t ndns;
     struct metrics_log logs[2];
     size_t nlogs;
-    const char *state_broken; /* store_broken() of the state store, or NULL */
-    const char *state_stuck;  /* store_stuck() of the state store, store_opener_why() while
-                               * it is not open yet, or NULL */
-    const char *exec_off;     /* why the policy's exec sinks get no alert, or NULL */
+    const char *state_broken;  /* store_broken() of the state store, or NULL */
+    const char *state_stuck;   /* store_stuck() of the state store, store_opener_why() while
+                                * it is not open yet, or NULL */
+    const char *state_waiting; /* store_opener_why() while an old gateway may still drain
+                                * with the store (store_opener_waits_for_predecessor()):
+                                * healthy, named in /healthz's "ok" */
+    const char *exec_off;      /* why the policy's exec sinks get no alert, or NULL */
 };
 typedef void (*metrics_gauges_fn)(void *arg, struct metrics_gauges *g);
 /* Extra lines a scrape appends (the watch module's sink queues); 0, or -1
@@ -116,7 +119,9 @@ int metrics_put_label(struct evbuffer *b, const char *s);
  * and the exec sinks (if any) run; else false, with the first that cannot and why in <why>
  * ("decisions log: No space left on device", "state store: its commits
  * fail (the reason is on standard error)": never the store's error text,
- * which may name local paths). */
+ * which may name local paths). When true, <why> is empty, or names what
+ * the gateway waits for while healthy (the state_waiting gauge: "state
+ * store: not open yet: another sluice gateway holds it ..."). */
 bool metrics_health(struct metrics *m, char *why, size_t cap);
 
 #endif

@@ -24,6 +24,7 @@ struct store_opener {
     char *dir;
     uid_t user;
     atomic_int held;         /* enum store_held: what held the store at the last try */
+    uint64_t started_ms;     /* monotonic_ms() at store_opener_start(), set before the thread */
     char *err;               /* OPENER_FAILED's, malloc'd */
     struct store_opened got; /* OPENER_OPEN's (got.store, got.stored owned until taken) */
 };
@@ -133,6 +134,7 @@ struct store_opener *store_opener_start(const char *dir, uid_t user, size_t cont
     pthread_mutex_init(&o->mu, NULL);
     o->user = user;
     atomic_init(&o->held, (int)held);
+    o->started_ms = monotonic_ms();
     o->refs = 2;
     contact_set_init(&o->got.stored, contacts_max);
     pthread_t t;
@@ -172,6 +174,12 @@ const char *store_opener_why(const struct store_opener *o)
                "every 1 s, then up to every 30 s)";
     return "not open yet: another process holds a lock on its database that bars reads too "
            "(tried again every 1 s, then up to every 30 s)";
+}
+
+bool store_opener_waits_for_predecessor(const struct store_opener *o, uint64_t now_ms)
+{
+    return atomic_load(&o->held) == STORE_HELD_GATEWAY &&
+           now_ms - o->started_ms < STORE_OPENER_PREDECESSOR_MS;
 }
 
 void store_opener_free(struct store_opener *o)

@@ -58,6 +58,20 @@ int store_opener_take(struct store_opener *o, struct store_opened *got, char **e
 /* Why the store is not open yet (what held it at the last try), for /healthz. */
 const char *store_opener_why(const struct store_opener *o);
 
+/* How long a store held by another gateway's sluice.lock is taken for a
+ * predecessor's: the longest --grace (1 h) an old gateway drains for, and
+ * a minute. */
+#define STORE_OPENER_PREDECESSOR_MS (3600000u + 60000u)
+
+/* True while what holds the store, at <now_ms> (monotonic_ms()), may be an
+ * old gateway still draining: another gateway's sluice.lock held it at the
+ * last try, and the tries began less than STORE_OPENER_PREDECESSOR_MS ago.
+ * /healthz stays "ok" then (naming the wait): an overlapping restart whose
+ * orchestrator waits for the new gateway to be healthy before it stops the
+ * old one would never end were it 503. Past that, a second gateway holds
+ * the store, a mistake /healthz tells (503). */
+bool store_opener_waits_for_predecessor(const struct store_opener *o, uint64_t now_ms);
+
 /* Ends the tries (a try under way is left to its thread, which closes
  * what it opens). Accepts NULL. */
 void store_opener_free(struct store_opener *o);

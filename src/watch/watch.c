@@ -681,6 +681,10 @@ static void gauges(void *arg, struct metrics_gauges *g)
     g->state_broken = store_broken(w->store);
     /* a static text too, naming no path */
     g->state_stuck = w->opener != NULL ? store_opener_why(w->opener) : store_stuck(w->store);
+    if (w->opener != NULL && store_opener_waits_for_predecessor(w->opener, monotonic_ms())) {
+        g->state_waiting = g->state_stuck;
+        g->state_stuck = NULL;
+    }
     if (w->nexecs > 0 && w->exec == NULL)
         g->exec_off = "off: the gateway cannot watch its child processes (out of memory?); "
                       "their alerts are dropped until a reload can (SIGHUP)";

@@ -41,7 +41,9 @@ static int counted_strcmp(const char *a, const char *b)
 #include "../../src/state/store_sqlite.c"
 #undef strcmp
 
+#include "util/units.h"
 #include "util/utf8.h"
+#include "watch/store_opener.h"
 
 #include "stderr_capture.h"
 
@@ -1783,6 +1785,28 @@ static void one_gateway_per_store(void **state)
     store_close(s);
 }
 
+/* A store another gateway's sluice.lock holds is taken, for /healthz, for
+ * an old gateway's that drains (the longest --grace, and a minute): past
+ * that, a second gateway holds it. A database lock is never a
+ * predecessor's. */
+static void a_store_another_gateway_holds_is_a_predecessors_for_a_while(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    struct store_opener *o = store_opener_start(dir, 0, 16, STORE_HELD_GATEWAY);
+    assert_non_null(o);
+    uint64_t now = monotonic_ms();
+    assert_true(store_opener_waits_for_predecessor(o, now));
+    assert_true(store_opener_waits_for_predecessor(o, now + STORE_OPENER_PREDECESSOR_MS - 60000));
+    assert_false(store_opener_waits_for_predecessor(o, now + STORE_OPENER_PREDECESSOR_MS));
+    store_opener_free(o);
+    o = store_opener_start(dir, 0, 16, STORE_HELD_DB);
+    assert_non_null(o);
+    assert_false(store_opener_waits_for_predecessor(o, monotonic_ms()));
+    store_opener_free(o);
+    store_close(s);
+}
+
 struct ids {
     int n;
     bool other; /* a row of another sink came */
@@ -2367,6 +2391,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(write_failure_keeps_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(opened_while_another_process_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(one_gateway_per_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_store_another_gateway_holds_is_a_predecessors_for_a_while,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(a_read_only_store_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(a_counter_past_what_sqlite_holds_is_kept_at_its_most, setup,
                                         teardown),
