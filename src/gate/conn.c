@@ -1823,7 +1823,9 @@ void conn_timer_add(struct conn *c, const struct timeval *tv)
  * timer is put off 1 ms, once a wait (conn_timer_add()), for that read: a
  * head, hello or quiet wait still unanswered then is over its time.
  * Before, a head that came in time was cut by its deadline, a ClientHello
- * judged cut short, a first side that spoke taken for none. */
+ * judged cut short, a first side that spoke taken for none, and a
+ * linger's end closed with the client's bytes unread: a reset, which
+ * dropped what of the answer the kernel had not delivered yet. */
 static bool timer_before_read(struct conn *c)
 {
     bool unread;
@@ -1838,6 +1840,9 @@ static bool timer_before_read(struct conn *c)
         break;
     case CS_FORWARD: /* the rest of a response head (forward.c, head_deadline_arm()) */
         unread = c->up != NULL && !c->ex.rsp_head_done && !socket_is_quiet(c->up_fd);
+        break;
+    case CS_LINGER: /* what the client sent: closed unread, it was a reset */
+        unread = !socket_is_quiet(c->fd);
         break;
     default:
         unread = false;

@@ -2311,6 +2311,28 @@ def test_a_lingering_close_ends_the_exchange_and_frees_the_agent(gateway, net):
     assert net.other.requests == []
 
 
+def _refused_behind_an_answer(gw, net, path, size):
+    """Sends, on a client socket with a small receive buffer that reads
+    nothing yet, a GET for <size> bytes and, pipelined behind it, the head
+    of a 1 MiB upload to <path> on a host the policy does not name;
+    returns the socket once the refusal is decided and ended (nothing
+    unread in the gateway) and the gateway ended its side, the end of the
+    answer and the refusal queued before its FIN."""
+    s = _slow_reader_conn(gw)
+    try:
+        s.sendall(b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n"
+                  b"POST http://other.example.test:%d%s HTTP/1.1\r\n"
+                  b"Host: other.example.test:%d\r\nContent-Length: %d\r\n\r\n"
+                  % (net.url("/large?n=%d" % size).encode(), net.api.port, net.other.port,
+                     path.encode(), net.other.port, 1 << 20))
+        gw.decided(path=path)
+        gw.wait_ended(s)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
 def test_a_refusal_reaches_a_client_whose_body_arrives_after_the_close(gateway, net):
     # A GET for 256 KiB and, pipelined behind it, the head of a 1 MiB upload
     # to a host the policy does not name. The client reads nothing yet, with
@@ -2323,15 +2345,8 @@ def test_a_refusal_reaches_a_client_whose_body_arrives_after_the_close(gateway, 
     # end, not only on bytes unread when it is decided
     size = 256 << 10
     gw = gateway(net.policy([api_rule(net)]))
-    s = _slow_reader_conn(gw)
+    s = _refused_behind_an_answer(gw, net, "/late", size)
     try:
-        s.sendall(b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n"
-                  b"POST http://other.example.test:%d/late HTTP/1.1\r\n"
-                  b"Host: other.example.test:%d\r\nContent-Length: %d\r\n\r\n"
-                  % (net.url("/large?n=%d" % size).encode(), net.api.port, net.other.port,
-                     net.other.port, 1 << 20))
-        gw.decided(path="/late")  # decided and ended: nothing unread in the gateway
-        gw.wait_ended(s)  # its side ended, the answer and the refusal queued before its FIN
         for _ in range(32):  # 512 KiB, 16 KiB every 5 ms
             try:
                 s.sendall(b"x" * 16384)
@@ -2346,6 +2361,37 @@ def test_a_refusal_reaches_a_client_whose_body_arrives_after_the_close(gateway, 
     ev, end = gw.decided(path="/late")
     assert ev["decision"] == "deny" and end["status"] == 403, (ev, end)
     assert net.other.requests == []
+
+
+def test_a_lingering_close_past_a_freeze_reads_what_came_before_it_ends(gateway, net):
+    # As above, the answer and the refusal queued in the gateway's send
+    # queue, its side ended, lingering (2 s). The client sends a few bytes
+    # of the body while the gateway is stopped (SIGSTOP in its epoll_wait,
+    # as a paused VM or a long stall of its loop; 0.3 s into the stop, so
+    # that they are no event of the epoll_wait the stop interrupts), and
+    # the stop lasts past the linger: libevent ran the linger's end before
+    # the read, and the close with those bytes unread was a reset, which
+    # dropped the queue. They are read and dropped first.
+    size = 256 << 10
+    gw = gateway(net.policy([api_rule(net)]))
+    pid = gw.proc.pid
+    s = _refused_behind_an_answer(gw, net, "/frozen", size)
+    try:
+        wait_in_epoll(pid)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.3)
+            s.sendall(b"x" * 16)
+            time.sleep(2.5)  # past the linger's 2 s
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        s.settimeout(30)
+        first, refusal = read_responses(s, ["GET", "POST"])
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        s.close()
+    assert first.status == 200 and first.body == pattern_bytes(size), first
+    assert refusal.status == 403 and refusal.header("Sluice-Reason") == "not_in_policy", refusal
 
 
 def test_a_kept_origin_quiet_after_its_answer_does_not_cut_a_slow_reader(gateway, net):
