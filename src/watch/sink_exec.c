@@ -209,6 +209,16 @@ static void say_failure(struct exec_runner *r, const char *path, const char *fmt
     exec_told_failure(r->told, path, what);
 }
 
+static void reap(struct exec_runner *r);
+
+/* True when the program <pid> has ended (looked at, not reaped). */
+static bool program_ended(pid_t pid)
+{
+    siginfo_t si;
+    si.si_pid = 0;
+    return waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid != 0;
+}
+
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct child *k = arg;
@@ -216,6 +226,14 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (k->killed)
         return;
+    /* A program that ended in time, while the gateway was stopped
+     * (SIGSTOP, a paused VM, a long stall of its loop): libevent ran this
+     * timer before the SIGCHLD's event. Reaped as that event would, it is
+     * not told killed (k is freed). */
+    if (k->pid > 0 && program_ended(k->pid)) {
+        reap(k->r);
+        return;
+    }
     k->killed = true;
     pid_t pid = k->pid > 0 ? k->pid : spawning_pid(k->r);
     if (pid > 0) {
@@ -611,8 +629,6 @@ static struct spawn_req *take_done(struct exec_runner *r)
     pthread_mutex_unlock(&r->sp->mu);
     return q;
 }
-
-static void reap(struct exec_runner *r);
 
 /* The spawner started r->spawning's program, or could not. */
 static void on_spawned(evutil_socket_t fd, short what, void *arg)

@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from conftest import policy_yaml
+from conftest import policy_yaml, wait_in_epoll
 from gate_client import poll, request
 from pid1 import AS_PID1, child_pids, children_of, running
 from watch_helpers import (EachRequest, Receiver, Silent, delivered_through, free_tcp_port,
@@ -444,6 +444,38 @@ def test_exec_sink_program_that_exits_takes_what_it_left_running(gateway, net, t
             os.kill(pid, signal.SIGKILL)
     gw.stop()  # a kill told, through the relay, is in the file then
     assert "killed" not in gw.stderr(), gw.stderr()  # the program itself exited: nothing to tell
+
+
+def test_exec_sink_program_that_exited_while_the_gateway_was_frozen_is_not_killed(
+        gateway, net, tmp_path):
+    # The program exits (status 0) while the gateway is stopped (SIGSTOP in
+    # its epoll_wait, as a paused VM or a long stall of its loop), and the
+    # stop lasts past its 5 s: when the gateway runs again, libevent ran
+    # the 5 s timer before the SIGCHLD's event, and a program that had
+    # ended in time was told "killed after 5 s". Its exit is seen first.
+    mark = tmp_path / "mark"
+    mark.mkdir()
+    prog = write_script(str(tmp_path / "quick.sh"),
+                        "#!/bin/sh\ncat >/dev/null\necho $$ > %s/pid.tmp && mv %s/pid.tmp %s/pid\n"
+                        "for i in $(seq 100); do [ -e %s/go ] && exit 0; sleep 0.1; done\nexit 0\n"
+                        % (mark, mark, mark, mark))
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
+                 args=["--alerts", str(tmp_path / "a.jsonl")])
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    poll(lambda: (mark / "pid").exists() or None, timeout=10, what="the program running")
+    t0 = time.monotonic()
+    child = int((mark / "pid").read_text())
+    wait_in_epoll(gw.proc.pid)
+    gw.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(0.3)
+        (mark / "go").touch()
+        poll(lambda: not running(child) or None, timeout=10, what="the program's exit")
+        time.sleep(max(0.0, t0 + 6 - time.monotonic()))  # past its 5 s
+    finally:
+        gw.proc.send_signal(signal.SIGCONT)
+    gw.stop()  # what it tells, through the relay, is in the file then
+    assert "killed" not in gw.stderr(), gw.stderr()
 
 
 def test_exec_sink_leaves_no_zombie_when_the_gateway_is_pid_1(gateway, net, tmp_path):
