@@ -1351,7 +1351,7 @@ static void report_again(struct conn *c, const struct decision *dec)
 /* <c>'s tunnel (or CONNECT going ahead, or plain request whose body is
  * still to go up), let through by decision <dec> for agent <a> under the
  * policy in force, goes on under that policy: what its exchange borrows
- * (its agent, its agent's id, the rule, owner and grant of its decision;
+ * (its agent, its agent's id, the rule, owner, grant and limits of its decision;
  * its flow's too) is taken from there, and the policy it was decided
  * under is let go. Before, each exchange held that policy for its life:
  * tunnels kept open across reloads (config management reloads every
@@ -1378,9 +1378,11 @@ static void rebase_exchange(struct conn *c, const struct agent *a, const struct 
     ex->dec.rule = dec->rule;
     ex->dec.owner = dec->owner;
     ex->dec.grant = dec->grant;
+    memcpy(ex->dec.limits, dec->limits, sizeof(ex->dec.limits));
+    ex->dec.nlimits = dec->nlimits;
     if (ex->flow != NULL) {
         quota_flow_set_agent_id(ex->flow, ex->agent_id);
-        quota_flow_set_rule(ex->flow, dec->rule, dec->grant, quota_now());
+        quota_flow_set_rule(ex->flow, dec->rule, dec->limits, dec->nlimits, quota_now());
     }
     gw_policy_unref(old); /* nothing of <c> borrows from it any more */
 }

@@ -48,6 +48,7 @@ void kept_decision_apply(const struct kept_decision *k, struct decision *dec)
     if (dec->grant != NULL)
         dec->grant = &k->grant;
     dec->owner = k->owner;
+    dec->nlimits = 0; /* its flow is closed: nothing meters it any more */
 }
 
 void kept_decision_free(struct kept_decision *k)

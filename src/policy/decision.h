@@ -57,6 +57,11 @@ struct decision_query {
     time_t now; /* wall clock, for grant expiry */
 };
 
+/* The most rules whose limits a decision carries beyond its deciding rule
+ * (struct decision's limits): a tunnel's slots, fixed, so that no
+ * policy makes a connection allocate or a byte cost more. */
+#define DECISION_LIMITS_MAX 8
+
 struct decision {
     enum verdict verdict;
     enum deny_reason reason;  /* REASON_NONE when allowed; kept for report mode */
@@ -64,6 +69,14 @@ struct decision {
     const struct rule *rule;  /* the deciding rule, or NULL */
     const char *owner;        /* the grant's owner (the rule that set the tier), or NULL */
     const struct rule *grant; /* the rule that set the tier: its owner's, its expiry the grant's */
+    /* A CONNECT or an extension method: the live rules for
+     * its host, agent and port with a rate (requests or bandwidth), other
+     * than the deciding rule, since it may carry what any of them limits:
+     * the grant first, then in the order they were met (most specific
+     * host first, then file order), at most DECISION_LIMITS_MAX. None for
+     * any other request (its deciding rule's limits alone hold it). */
+    const struct rule *limits[DECISION_LIMITS_MAX];
+    unsigned nlimits;
 };
 
 /* Decides <q> under <p> (which must be indexed). Precedence, from SPEC.md:
@@ -84,6 +97,8 @@ struct decision {
  *     highest tier of all the gathered rules; it is grant_expired when an
  *     expired rule for that port and agent, counted as live, would be the
  *     deciding rule or raise that tier.
+ * A CONNECT (or an extension method) carries in <out->limits> the rules
+ * whose rates hold it besides its deciding rule's.
  * A denial for an agent in report mode becomes VERDICT_REPORT; when it is a
  * write's method_not_allowed, it carries the highest-tier rule for its host,
  * agent and port (its tier and owner), as a CONNECT would: what goes out is

@@ -36,6 +36,9 @@
  *    The expired rules matching agent and port are gathered too, apart:
  *    when, counted as live, one of them would decide the tunnel or raise
  *    its tier, the tunnel is grant_expired (conclude_connect()).
+ *    The live ones with a rate are its decision's limits (shaping holds
+ *    the tunnel to each, since it may carry what any of them limits): a
+ *    fixed array, the first met beyond it left out (conclude_limits()).
  *  - An extension method (METHOD_OTHER: WebDAV's MOVE, COPY, MKCOL,
  *    PROPPATCH, any token) is gathered and concluded as a CONNECT is. No
  *    rule can name it, so only rules without methods match it, and what it
@@ -81,6 +84,10 @@ struct search {
     const struct rule *best; /* plain request: the first-ranked match, live or expired */
     struct gathered live;    /* gathers: the live rules matching agent and port */
     struct gathered all;     /* gathers: the same, expired ones included */
+    /* gathers: the first live ones with a rate, in the order met (one
+     * more than a decision holds: the deciding rule is left out of it) */
+    const struct rule *limited[DECISION_LIMITS_MAX + 1];
+    unsigned nlimited;
 };
 
 static bool agent_ok(const struct rule *r, const char *agent_id)
@@ -151,6 +158,11 @@ static bool expired(const struct search *s, const struct rule *r)
     return r->has_expires && s->today > r->expires;
 }
 
+static bool has_limits(const struct rule *r)
+{
+    return r->rate.set && (r->rate.requests > 0 || r->rate.bandwidth > 0);
+}
+
 static void gather(struct gathered *g, const struct rule *r, unsigned cls)
 {
     if (r->methods == 0 && ranks_before(r, cls, g->open, g->open_cls)) {
@@ -190,6 +202,8 @@ static int visit_class(struct search *s, struct rule_list l)
             gather(&s->all, r, s->cls);
             if (!expired(s, r))
                 gather(&s->live, r, s->cls);
+            if (!expired(s, r) && has_limits(r) && s->nlimited < DECISION_LIMITS_MAX + 1)
+                s->limited[s->nlimited++] = r;
         }
         if (!s->connect && !method_ok(r, s->q->method))
             continue;
@@ -287,6 +301,21 @@ static const struct rule *report_tier_rule(const struct search *s)
     return s->live.top != NULL ? s->live.top : s->all.top;
 }
 
+/* A tunnel (or an extension method) may carry any request to its host,
+ * so the rate of each live rule for its host, agent and port holds it,
+ * not only its deciding rule's: <out>'s limits, its grant first (it sets
+ * the tier), then the others as met, up to DECISION_LIMITS_MAX. */
+static void conclude_limits(const struct search *s, struct decision *out)
+{
+    const struct rule *grant = out->grant;
+    out->nlimits = 0;
+    if (grant != NULL && grant != out->rule && has_limits(grant) && !expired(s, grant))
+        out->limits[out->nlimits++] = grant;
+    for (unsigned i = 0; i < s->nlimited && out->nlimits < DECISION_LIMITS_MAX; i++)
+        if (s->limited[i] != out->rule && s->limited[i] != grant)
+            out->limits[out->nlimits++] = s->limited[i];
+}
+
 static void conclude(const struct search *s, struct decision *out, bool ip)
 {
     if (s->connect && s->all.top != NULL) {
@@ -313,6 +342,8 @@ static void conclude(const struct search *s, struct decision *out, bool ip)
         /* STAGE_MATCH has a rule above */
         deny(out, REASON_METHOD_NOT_ALLOWED, report_tier_rule(s));
     }
+    if (s->gathers)
+        conclude_limits(s, out);
 }
 
 void policy_decide(const struct policy *p, const struct decision_query *q, struct decision *out)

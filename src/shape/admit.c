@@ -52,11 +52,12 @@ bool shape_check_rate(struct conn *c)
         return false;
     const struct policy *p = ex->pol->policy;
     uint64_t now = quota_now(), wait = 0;
-    if (quota_admit(q, p, ex->agent_id, ex->dec.rule, ex->dec.grant, now, &wait) < 0 &&
+    const struct decision *d = &ex->dec;
+    if (quota_admit(q, p, ex->agent_id, d->rule, d->limits, d->nlimits, now, &wait) < 0 &&
         refuse(c, REASON_RATE_LIMITED, wait))
         return true;
-    if (ex->flow == NULL && (ex->flow = quota_flow_open(q, p, ex->agent_id, ex->dec.rule,
-                                                        ex->dec.grant, now)) == NULL) {
+    if (ex->flow == NULL && (ex->flow = quota_flow_open(q, p, ex->agent_id, d->rule, d->limits,
+                                                        d->nlimits, now)) == NULL) {
         /* Out of memory: its bytes may not go unmetered (a flow is opened
          * where no limit applies too, for a reload to bring one). */
         conn_refuse(c, REASON_GATEWAY_OVERLOADED, "out of memory", true);

@@ -25,7 +25,9 @@
 #define FLOW_MAX_WAIT_MS      1000  /* a paused flow looks again at least this often */
 #define DENIED_DEFAULT_PER_MS 60000 /* without denied_burst (the loader gives it a per) */
 #define EVICT_BATCH           64    /* least recently used entries dropped at once, at most */
-#define SLOTS                 3     /* the agent's limits, its rule's, its grant's */
+/* the agent's limits, its rule's, and those of the rules a tunnel may carry
+ * requests of (struct decision's limits) */
+#define SLOTS (2 + DECISION_LIMITS_MAX)
 
 typedef unsigned __int128 u128;
 
@@ -76,9 +78,11 @@ struct quota_flow {
     struct quota *q;
     struct quota_flow *prev, *next; /* q->flows */
     const char *agent_id;           /* borrowed: outlives the flow */
-    const struct rule *rule;        /* borrowed, or NULL: its identity, for a reload */
-    const struct rule *grant;       /* the same, of the grant (NULL: none, or <rule>) */
-    struct qentry *e[SLOTS];        /* agent, rule, grant; any may be NULL */
+    /* Borrowed: NULL (the agent's), the deciding rule (NULL: none), then
+     * the other rules whose limits hold it; their identities, for a reload. */
+    const struct rule *rules[SLOTS];
+    unsigned nslots;         /* of rules[] and the arrays below: 2 and more */
+    struct qentry *e[SLOTS]; /* agent, rule, the others; any may be NULL */
     /* The bandwidth (bytes a second) of a limit that applies through
      * entry <i> but whose entry could not be made (out of memory): the
      * flow lets nothing through until it is (flow_make_missing()). */
@@ -564,21 +568,37 @@ static uint64_t request_wait(const struct quota *q, struct qentry *e, const stru
     return bucket_wait_ns(&e->req, 1, now_ns);
 }
 
-/* The grant of a request decided by <r>, when it is another rule (a
- * CONNECT's or an extension method's higher tier): NULL otherwise. */
-static const struct rule *other_grant(const struct rule *r, const struct rule *grant)
+/* Fills <rules> with the rules whose limits hold a request decided by <r>
+ * beside <limits> (<nlimits> of them): NULL for the agent's, <r>, then each
+ * of <limits> not already there (SLOTS at most). Returns how many. */
+static unsigned slot_rules(const struct rule *rules[SLOTS], const struct rule *r,
+                           const struct rule *const *limits, size_t nlimits)
 {
-    return grant != r ? grant : NULL;
+    unsigned n = 2;
+    rules[0] = NULL;
+    rules[1] = r;
+    for (size_t k = 0; k < nlimits && n < SLOTS; k++) {
+        bool listed = limits[k] == NULL;
+        for (unsigned i = 1; i < n && !listed; i++)
+            listed = rules[i] == limits[k];
+        if (!listed)
+            rules[n++] = limits[k];
+    }
+    return n;
 }
 
 int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, const struct rule *r,
-                const struct rule *grant, uint64_t now_ns, uint64_t *wait_ns)
+                const struct rule *const *limits, size_t nlimits, uint64_t now_ns,
+                uint64_t *wait_ns)
 {
-    grant = other_grant(r, grant);
-    const struct rule *rules[SLOTS] = {NULL, r, grant};
-    const struct rate_spec *rs[SLOTS] = {&p->limits.rate, r != NULL ? &r->rate : NULL,
-                                         grant != NULL ? &grant->rate : NULL};
-    struct qentry *e[SLOTS] = {NULL, NULL, NULL};
+    const struct rule *rules[SLOTS];
+    const struct rate_spec *rs[SLOTS];
+    struct qentry *e[SLOTS];
+    unsigned n = slot_rules(rules, r, limits, nlimits);
+    for (unsigned i = 0; i < n; i++) {
+        rs[i] = i == 0 ? &p->limits.rate : rules[i] != NULL ? &rules[i]->rate : NULL;
+        e[i] = NULL;
+    }
     uint64_t wait = 0;
     int rc = 0;
     *wait_ns = 0;
@@ -592,7 +612,7 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
      * the next request is told that wait. Each entry is held until the
      * end: a lookup that makes one may evict every entry at rest to make
      * room, and one found full is. */
-    for (int i = 0; i < SLOTS; i++) {
+    for (unsigned i = 0; i < n; i++) {
         if (!limits_requests(rs[i]))
             continue;
         e[i] = lookup(q, agent_id, rules[i], now_ns, false);
@@ -603,7 +623,7 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
         if (w > wait)
             wait = w;
     }
-    for (int i = 0; i < SLOTS && wait == 0; i++) {
+    for (unsigned i = 0; i < n && wait == 0; i++) {
         if (!limits_requests(rs[i]) || e[i] != NULL)
             continue;
         e[i] = lookup(q, agent_id, rules[i], now_ns, true);
@@ -619,7 +639,7 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
         *wait_ns = wait;
         rc = -1;
     }
-    for (int i = 0; i < SLOTS; i++) {
+    for (unsigned i = 0; i < n; i++) {
         if (e[i] == NULL)
             continue;
         if (rc == 0)
@@ -632,16 +652,16 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
 /* --- bandwidth ------------------------------------------------------------- */
 
 /* The rule of flow <f>'s entry <i>: NULL for the agent's (0), its rule
- * (1) or its grant (2). */
-static const struct rule *flow_rule(const struct quota_flow *f, int i)
+ * (1) or another rule whose limits hold it (2 and on). */
+static const struct rule *flow_rule(const struct quota_flow *f, unsigned i)
 {
-    return i == 0 ? NULL : i == 1 ? f->rule : f->grant;
+    return f->rules[i];
 }
 
-/* Holds the entry of flow <f>'s agent (<i> 0), rule (1) or grant (2) and
+/* Holds the entry of flow <f>'s agent (<i> 0), rule (1) or another (2...) and
  * brings its bandwidth bucket to <bandwidth>. Returns 0, or -1 when out of
  * memory: that limit would go unshaped (quota_flow_open() then fails). */
-static int flow_attach(struct quota_flow *f, int i, uint64_t bandwidth, uint64_t now_ns)
+static int flow_attach(struct quota_flow *f, unsigned i, uint64_t bandwidth, uint64_t now_ns)
 {
     struct qentry *e = lookup(f->q, f->agent_id, flow_rule(f, i), now_ns, true);
     if (e == NULL)
@@ -653,7 +673,7 @@ static int flow_attach(struct quota_flow *f, int i, uint64_t bandwidth, uint64_t
 }
 
 /* Lets go of flow <f>'s entry <i>, as flow_attach() took it. */
-static void flow_detach(struct quota_flow *f, int i)
+static void flow_detach(struct quota_flow *f, unsigned i)
 {
     if (f->e[i] != NULL && f->e[i]->refs > 0)
         f->e[i]->refs--;
@@ -664,14 +684,14 @@ static void flow_detach(struct quota_flow *f, int i)
  * or, out of memory for the entry, missing it: the flow then lets nothing
  * through until the entry can be made, rather than go on without a limit
  * that applies, or be cut (a reload keeps what it lets through open). */
-static void flow_hold_to(struct quota_flow *f, int i, uint64_t bandwidth, uint64_t now_ns)
+static void flow_hold_to(struct quota_flow *f, unsigned i, uint64_t bandwidth, uint64_t now_ns)
 {
     f->missing_bw[i] = flow_attach(f, i, bandwidth, now_ns) < 0 ? bandwidth : 0;
 }
 
 static bool flow_missing(const struct quota_flow *f)
 {
-    for (int i = 0; i < SLOTS; i++)
+    for (unsigned i = 0; i < f->nslots; i++)
         if (f->missing_bw[i] != 0)
             return true;
     return false;
@@ -681,14 +701,14 @@ static bool flow_missing(const struct quota_flow *f)
  * none any more. */
 static bool flow_make_missing(struct quota_flow *f, uint64_t now_ns)
 {
-    for (int i = 0; i < SLOTS; i++)
+    for (unsigned i = 0; i < f->nslots; i++)
         if (f->missing_bw[i] != 0)
             flow_hold_to(f, i, f->missing_bw[i], now_ns);
     return !flow_missing(f);
 }
 
 /* Lets go of the entry quota_reshape_prepare() made for flow <f>'s <i>. */
-static void flow_unstage(struct quota_flow *f, int i)
+static void flow_unstage(struct quota_flow *f, unsigned i)
 {
     if (f->staged[i] != NULL)
         f->staged[i]->refs--;
@@ -696,7 +716,8 @@ static void flow_unstage(struct quota_flow *f, int i)
 }
 
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
-                                   const struct rule *r, const struct rule *grant, uint64_t now_ns)
+                                   const struct rule *r, const struct rule *const *limits,
+                                   size_t nlimits, uint64_t now_ns)
 {
     if (agent_id == NULL)
         return NULL;
@@ -705,14 +726,13 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
         return NULL;
     f->q = q;
     f->agent_id = agent_id;
-    f->rule = r;
-    f->grant = other_grant(r, grant);
-    for (int i = 0; i < SLOTS; i++) {
+    f->nslots = slot_rules(f->rules, r, limits, nlimits);
+    for (unsigned i = 0; i < f->nslots; i++) {
         const struct rule *ri = flow_rule(f, i);
         const struct rate_spec *rs = i == 0 ? &p->limits.rate : ri != NULL ? &ri->rate : NULL;
         if (limits_bandwidth(rs) && flow_attach(f, i, rs->bandwidth, now_ns) < 0) {
             /* Never a flow that lets bytes past a limit that applies. */
-            for (int k = 0; k < i; k++)
+            for (unsigned k = 0; k < i; k++)
                 flow_detach(f, k);
             free(f);
             return NULL;
@@ -725,19 +745,18 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
     return f;
 }
 
-void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, const struct rule *grant,
-                         uint64_t now_ns)
+void quota_flow_set_rule(struct quota_flow *f, const struct rule *r,
+                         const struct rule *const *limits, size_t nlimits, uint64_t now_ns)
 {
-    for (int i = 1; i < SLOTS; i++) {
+    for (unsigned i = 1; i < f->nslots; i++) {
         flow_detach(f, i);
         flow_unstage(f, i);
         f->missing_bw[i] = 0;
     }
-    f->rule = r;
-    f->grant = other_grant(r, grant);
+    f->nslots = slot_rules(f->rules, r, limits, nlimits);
     /* The same entry again when its identity is. Out of memory (a new
      * identity's entry), the flow is held until it can be made. */
-    for (int i = 1; i < SLOTS; i++) {
+    for (unsigned i = 1; i < f->nslots; i++) {
         const struct rule *ri = flow_rule(f, i);
         if (ri != NULL && limits_bandwidth(&ri->rate))
             flow_hold_to(f, i, ri->rate.bandwidth, now_ns);
@@ -750,14 +769,14 @@ void quota_flow_set_agent_id(struct quota_flow *f, const char *agent_id)
 }
 
 /* True when flow <f> is metered by its entry <i>. */
-static bool flow_meters(const struct quota_flow *f, int i)
+static bool flow_meters(const struct quota_flow *f, unsigned i)
 {
     return f->e[i] != NULL && !f->e[i]->bw_off;
 }
 
 bool quota_flow_metered(const struct quota_flow *f)
 {
-    for (int i = 0; i < SLOTS; i++)
+    for (unsigned i = 0; i < f->nslots; i++)
         if (flow_meters(f, i))
             return true;
     return flow_missing(f);
@@ -768,7 +787,7 @@ bool quota_flow_metered(const struct quota_flow *f)
 static uint64_t flow_chunk(const struct quota_flow *f, size_t want)
 {
     uint64_t chunk = want > 0 ? want : 1;
-    for (int i = 0; i < SLOTS; i++) {
+    for (unsigned i = 0; i < f->nslots; i++) {
         if (!flow_meters(f, i) || bucket_is_off(&f->e[i]->bw))
             continue;
         uint64_t c = f->e[i]->bw.size / 16;
@@ -784,7 +803,7 @@ size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns)
         return 0; /* still no memory for a limit's entry: held (quota_flow_wait_ns()) */
     uint64_t least = flow_chunk(f, want);
     bool trickle = false;
-    for (int i = 0; i < SLOTS; i++) {
+    for (unsigned i = 0; i < f->nslots; i++) {
         if (!flow_meters(f, i))
             continue;
         uint64_t a = bucket_available(&f->e[i]->bw, now_ns);
@@ -799,7 +818,7 @@ size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns)
 
 void quota_flow_take(struct quota_flow *f, size_t n, uint64_t now_ns)
 {
-    for (int i = 0; i < SLOTS; i++)
+    for (unsigned i = 0; i < f->nslots; i++)
         if (flow_meters(f, i))
             bucket_force(&f->e[i]->bw, n, now_ns);
 }
@@ -809,7 +828,7 @@ uint64_t quota_flow_wait_ns(struct quota_flow *f, size_t want, uint64_t now_ns)
     if (flow_missing(f))
         return NS_PER_S; /* memory is short: looked at again a second later */
     uint64_t chunk = flow_chunk(f, want), wait = 0;
-    for (int i = 0; i < SLOTS; i++) {
+    for (unsigned i = 0; i < f->nslots; i++) {
         if (!flow_meters(f, i))
             continue;
         uint64_t w = bucket_wait_ns(&f->e[i]->bw, chunk, now_ns);
@@ -886,7 +905,7 @@ void quota_flow_close(struct quota_flow *f)
         event_free(f->timer);
     if (f->armed)
         f->q->nwaiting--;
-    for (int i = 0; i < SLOTS; i++) {
+    for (unsigned i = 0; i < f->nslots; i++) {
         flow_detach(f, i);
         flow_unstage(f, i);
     }
@@ -1007,7 +1026,7 @@ struct quota_reshape {
  * 0, or -1 when out of memory. */
 static int flow_stage(struct quota_reshape *rs, struct quota_flow *f)
 {
-    for (int i = 0; i < SLOTS; i++) {
+    for (unsigned i = 0; i < f->nslots; i++) {
         const struct rate_spec *rate = &rs->p->limits.rate;
         if (f->e[i] != NULL || (i > 0 && flow_rule(f, i) == NULL))
             continue;
@@ -1049,7 +1068,7 @@ void quota_reshape_abandon(struct quota_reshape *rs)
     if (rs == NULL)
         return;
     for (struct quota_flow *f = rs->q->flows; f != NULL; f = f->next)
-        for (int i = 0; i < SLOTS; i++)
+        for (unsigned i = 0; i < f->nslots; i++)
             flow_unstage(f, i);
     free_rule_rates(rs->rules, rs->nrules);
     free(rs);
@@ -1080,7 +1099,7 @@ void quota_reshape_commit(struct quota_reshape *rs)
      * brings from now on, through the entries the prepare made; one <p>
      * does not limit there misses nothing any more. */
     for (struct quota_flow *f = rs->q->flows; f != NULL; f = f->next) {
-        for (int i = 0; i < SLOTS; i++) {
+        for (unsigned i = 0; i < f->nslots; i++) {
             struct qentry *e = f->staged[i];
             if (e == NULL) {
                 if (f->e[i] == NULL)

@@ -6,19 +6,21 @@
  *    upload bandwidth, all the agent's traffic together), the count of its
  *    recent denials and its quarantine;
  *  - a rule entry per (agent id, rule identity): the rule's rate buckets
- *    for that agent. A request is held to its deciding rule's and, when
- *    another rule set its tier (a CONNECT's or an extension method's
- *    grant: policy/decision.h), that rule's too: a tunnel may carry the
- *    writes the grant limits. A rule's identity is what makes it that
- *    rule: its host pattern or CIDR, ports, methods and agents, never its
- *    position in the file or its address in memory, so a reload that keeps
- *    a rule keeps its buckets, and one that edits its rate reconfigures
- *    them without granting tokens (bucket_reconfigure).
+ *    for that agent. A request is held to its deciding rule's and, for a
+ *    CONNECT or an extension method, to those of every other live rule
+ *    with a rate for its host, agent and port (struct decision's limits,
+ *    at most DECISION_LIMITS_MAX: policy/decision.h), the grant that set
+ *    its tier first: a tunnel may carry any request those rules limit.
+ *    A rule's identity is what makes it that rule: its host pattern or
+ *    CIDR, ports, methods and agents, never its position in the file or
+ *    its address in memory, so a reload that keeps a rule keeps its
+ *    buckets, and one that edits its rate reconfigures them without
+ *    granting tokens (bucket_reconfigure).
  *
  * Requests take one token from each request bucket that applies (agent,
- * rule, grant), all or none. Bandwidth is one token per byte sent upstream,
- * taken through a quota_flow; bandwidth never refuses anything, it only
- * makes the sender wait (quota_flow_pause).
+ * rule, the others), all or none. Bandwidth is one token per byte sent
+ * upstream, taken through a quota_flow; bandwidth never refuses anything,
+ * it only makes the sender wait (quota_flow_pause).
  *
  * Quarantine: counted exactly as the denied_burst detector counts
  * (watch/detectors.c), so the two trip on the same denial: every denial
@@ -68,6 +70,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "policy/decision.h"
 #include "policy/model.h"
 #include "watch/alert.h"
 #include "watch/event.h"
@@ -140,13 +143,16 @@ size_t quota_scans(const struct quota *q);
 uint64_t quota_quarantine_left(struct quota *q, const char *agent_id, uint64_t now_ns);
 
 /* Admits one request (or tunnel) of <agent_id> under rule <r> (NULL: none)
- * of policy <p>, whose tier <grant> set (NULL or <r>: the rule's own):
- * takes one token from the agent's, the rule's and the grant's request
- * buckets. Returns 0, or -1 when one of them is empty: nothing is taken,
- * and <*wait_ns> says when a token will be there. Out of memory: -1 with
- * a wait of one second (a request that cannot be accounted is refused). */
+ * of policy <p>, held also by the rules <limits> (<nlimits> of them, its
+ * decision's limits; <r> and repeats among them count once, the first
+ * DECISION_LIMITS_MAX): takes one token from the agent's, the rule's and
+ * each of the others' request buckets. Returns 0, or -1 when one of them
+ * is empty: nothing is taken, and <*wait_ns> says when a token will be
+ * there. Out of memory: -1 with a wait of one second (a request that
+ * cannot be accounted is refused). */
 int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, const struct rule *r,
-                const struct rule *grant, uint64_t now_ns, uint64_t *wait_ns);
+                const struct rule *const *limits, size_t nlimits, uint64_t now_ns,
+                uint64_t *wait_ns);
 
 /* Counts one denial of <agent_id> at <now_ns> (CLOCK_MONOTONIC, for the
  * quarantine's length) and <wall_ms> (CLOCK_REALTIME milliseconds, the
@@ -165,19 +171,21 @@ bool quota_feed(struct quota *q, const struct egress_event *ev, uint64_t now_ns,
 void quota_on_event(const struct egress_event *ev, void *arg);
 
 /* Opens the upload accounting of one request or tunnel of <agent_id> under
- * <r> (NULL: none) and its <grant> (as quota_admit()'s), metered by the
- * limits of <p> that apply. A flow is
- * opened where none does too: it meters nothing until a reload brings a
- * limit (quota_reshape()). <agent_id>, <r> and <grant> are borrowed and must outlive
- * the flow (the exchange's policy holds them). Returns NULL without an
+ * <r> (NULL: none) and its <limits> (as quota_admit()'s), metered by the
+ * limits of <p> that apply: every bandwidth bucket among them (the
+ * smallest in effect). A flow is opened where none does too: it meters
+ * nothing until a reload brings a limit (quota_reshape()). <agent_id>,
+ * <r> and the rules of <limits> are borrowed and must outlive the flow
+ * (the exchange's policy holds them). Returns NULL without an
  * agent or when out of memory (for the flow or for the entry of a limit
  * that applies: never a flow that would let bytes past one); the gate
  * then refuses the exchange (shape/admit.c). The caller closes it with
  * quota_flow_close(). */
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
-                                   const struct rule *r, const struct rule *grant, uint64_t now_ns);
-/* Points flow <f> at rule <r> (NULL: none) and its <grant> (as
- * quota_admit()'s), the rules a decision made again
+                                   const struct rule *r, const struct rule *const *limits,
+                                   size_t nlimits, uint64_t now_ns);
+/* Points flow <f> at rule <r> (NULL: none) and its <limits> (as
+ * quota_admit()'s; <limits>' bandwidths likewise), the rules a decision made again
  * under a reloaded policy names for the tunnel, or the plain request whose
  * body is still to go up, whose upload it meters (conn_redecide()): from now on the
  * flow is metered by the bandwidth bucket of <r>'s identity (a new one
@@ -189,8 +197,8 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
  * for <r>'s entry, the flow is not cut, nor let go without <r>'s limit:
  * it lets nothing through (quota_flow_allow() 0, quota_flow_wait_ns() a
  * second) until a later look can make the entry. */
-void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, const struct rule *grant,
-                         uint64_t now_ns);
+void quota_flow_set_rule(struct quota_flow *f, const struct rule *r,
+                         const struct rule *const *limits, size_t nlimits, uint64_t now_ns);
 /* Flow <f> borrows its agent's id from <agent_id>, the same text as the
  * one it borrowed (its buckets stay the same): the exchange it meters
  * moved to the reloaded policy's copy (conn_redecide()), and the policy

@@ -843,8 +843,18 @@ def test_tunnel_is_held_to_the_bandwidth_of_the_grant_that_raised_its_tier(gatew
         gw = gateway(net.policy([open_rule, grant],
                                 static_extra={"sink.example.test": SINK_IP}),
                      args=["--grace", "0s"])
-        t0 = time.monotonic()
-        t = connect(gw, "sink.example.test:%d" % sink.port)
+        _assert_tunnel_held_to_1kib(gw, sink)
+    finally:
+        sink.stop()
+
+
+def _assert_tunnel_held_to_1kib(gw, sink):
+    """Opens a tunnel to <sink> through <gw>, sends 1000 first bytes, then
+    pushes 256 KiB for 2 s: the sink gets at most the first bytes, the
+    bucket's 1 KiB and 1 KiB a second (plus a second's slack)."""
+    t0 = time.monotonic()
+    t = connect(gw, "sink.example.test:%d" % sink.port)
+    try:
         assert t.status == 200
         first = b"\0" + pattern_bytes(999)
         t.sock.sendall(first)
@@ -856,9 +866,8 @@ def test_tunnel_is_held_to_the_bandwidth_of_the_grant_that_raised_its_tier(gatew
         got, elapsed = sink.received, time.monotonic() - t0
         bound = len(first) + 1024 + 1024 * (elapsed + 1)
         assert got <= bound, "%d bytes at the sink in %.2f s under 1 KiB/s" % (got, elapsed)
-        t.close()
     finally:
-        sink.stop()
+        t.close()
 
 
 def test_a_reload_keeps_a_tunnel_held_to_the_bandwidth_of_its_grant(gateway, net):
@@ -892,3 +901,26 @@ def _push_quietly(sock, n):
         sock.sendall(pattern_bytes(n))
     except OSError:
         pass
+
+
+def test_tunnel_is_held_to_the_smallest_bandwidth_of_the_rules_for_its_host(gateway, net):
+    # Beside the open tier-0 rule that decides the tunnel and the tier-3
+    # POST grant (64 KiB/s) that sets its tier, a tier-1 GET-only rule holds
+    # its host's reads to 1 KiB/s: the tunnel may carry those reads, so the
+    # smallest bandwidth of the three holds it. Within the time measured the
+    # sink gets at most the first bytes, 1 KiB of bucket and 1 KiB a second
+    # (plus a second's slack), not the grant's 64 KiB a second.
+    sink = HashSink(SINK_IP)
+    try:
+        open_rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0}
+        reads = {"host": "sink.example.test", "ports": [sink.port], "tier": 1,
+                 "methods": ["GET"], "rate": {"bandwidth": "1KiB/s"}}
+        grant = {"host": "sink.example.test", "ports": [sink.port], "tier": 3,
+                 "methods": ["POST"], "owner": "alice", "expires": "2099-12-31",
+                 "rate": {"bandwidth": "64KiB/s"}}
+        gw = gateway(net.policy([open_rule, reads, grant],
+                                static_extra={"sink.example.test": SINK_IP}),
+                     args=["--grace", "0s"])
+        _assert_tunnel_held_to_1kib(gw, sink)
+    finally:
+        sink.stop()

@@ -251,3 +251,42 @@ def test_extension_method_takes_a_token_of_the_grant_that_raised_its_tier(gatewa
     assert r.status == 429 and r.header("Sluice-Reason") == "rate_limited", r
     assert request(gw, "POST", net.url("/p"), body=b"x").status == 429
     assert request(gw, "GET", net.url("/g")).status == 200
+
+
+def test_connect_takes_a_token_of_every_rule_with_limits_for_its_host(gateway, net):
+    # A tunnel can carry any method, so every rule covering its host, agent
+    # and port whose limits would hold one of those requests holds it too,
+    # not only the rule that decides it and the grant that sets its tier.
+    # tls.example.test: a tier-1 GET-only rule under 2 requests a minute,
+    # an open tier-0 rule without a rate (it decides the tunnel) and a
+    # tier-3 POST grant under 100 a minute (it sets the tier): the third
+    # CONNECT within the minute is over the GET rule's bucket.
+    port = net.tls.port
+    open_rule = {"host": "tls.example.test", "ports": [port], "tier": 0}
+    reads = {"host": "tls.example.test", "ports": [port], "tier": 1, "methods": ["GET"],
+             "rate": {"requests": 2, "per": "1m"}}
+    grant = {"host": "tls.example.test", "ports": [port], "tier": 3,
+             "methods": ["POST"], "owner": "alice", "expires": "2099-12-31",
+             "rate": {"requests": 100, "per": "1m"}}
+    gw = gateway(net.policy([open_rule, reads, grant]))
+    got = []
+    for _ in range(3):
+        t = connect(gw, "tls.example.test:%d" % port)
+        got.append((t.status, t.header("Sluice-Reason")))
+        t.close()
+    assert got == [(200, None), (200, None), (429, "rate_limited")], got
+
+
+def test_extension_method_takes_a_token_of_every_rule_with_limits_for_its_host(gateway, net):
+    # No rule can name MOVE, so what it does is the origin's to say: the
+    # GET-only rule's one request a minute holds it (beside the open rule
+    # that decides it and the unlimited tier-3 grant that sets its tier),
+    # and a GET then finds that bucket empty.
+    reads = api_rule(net, tier=1, methods=["GET"], rate={"requests": 1, "per": "1m"})
+    grant = api_rule(net, tier=3, methods=["POST"], owner="alice", expires="2099-12-31")
+    gw = gateway(net.policy([api_rule(net), reads, grant]))
+    r = request(gw, "MOVE", net.url("/m1"))  # the test origin answers MOVE with 501
+    assert r.status != 429 and r.header("Sluice-Reason") is None, r
+    r = request(gw, "MOVE", net.url("/m2"))
+    assert r.status == 429 and r.header("Sluice-Reason") == "rate_limited", r
+    assert request(gw, "GET", net.url("/g")).status == 429

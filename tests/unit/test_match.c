@@ -1269,7 +1269,7 @@ static void ref_set(struct decision *d, enum deny_reason why, const struct rule 
 
 static struct decision ref_decide(const struct policy *p, const struct decision_query *q)
 {
-    struct decision d = {VERDICT_DENY, REASON_NONE, TIER_NONE, NULL, NULL, NULL};
+    struct decision d = {.verdict = VERDICT_DENY, .reason = REASON_NONE, .tier = TIER_NONE};
     const struct host *h = q->target;
     bool connect = q->method == METHOD_CONNECT;
     int32_t today = (int32_t)(q->now / DAY);
@@ -1543,6 +1543,58 @@ static void test_names(void **state)
     assert_string_equal(verdict_name(VERDICT_REPORT), "report");
 }
 
+/* A tunnel (or an extension method) may carry any request to its host, so
+ * its decision carries every live rule with a rate for its host, agent
+ * and port besides the deciding one (the grant first, then as met, most
+ * specific host first): shaping holds it to all of them. A plain request
+ * carries none (its own rule's rate alone). Bounded: DECISION_LIMITS_MAX. */
+static void test_tunnel_carries_the_limits_of_its_host(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new();
+    struct rule *any = add(f, "api.github.com", 0, TIER_0);
+    struct rule *get = add(f, "api.github.com", METHOD_GET, TIER_1);
+    struct rule *wr = add(f, "*.github.com", METHODS_WRITE, TIER_3);
+    struct rule *old = add_expired(f, "api.github.com", METHOD_PUT, TIER_1, "bob");
+    struct rule *other = add(f, "api.github.com", METHOD_DELETE, TIER_1);
+    set_ports(f, other, 8443, 0);
+    get->rate = (struct rate_spec){.set = true, .requests = 2, .per_ms = 60000};
+    wr->rate = (struct rate_spec){.set = true, .bandwidth = 1024};
+    old->rate = get->rate;
+    other->rate = get->rate;
+    any->rate = get->rate;
+    fx_index(f);
+    for (unsigned m = 0; m < 2; m++) {
+        struct decision d =
+            decide(f, "api.github.com", m == 0 ? METHOD_CONNECT : METHOD_OTHER, 443);
+        assert_int_equal(d.verdict, VERDICT_ALLOW);
+        assert_ptr_equal(d.rule, any);
+        assert_int_equal(d.nlimits, 2);
+        assert_ptr_equal(d.limits[0], wr); /* the grant first */
+        assert_ptr_equal(d.limits[1], get);
+    }
+    assert_int_equal(decide(f, "api.github.com", METHOD_GET, 443).nlimits, 0);
+    fx_free(f);
+
+    /* More rules with a rate than a decision holds: the first of them. */
+    f = fx_new();
+    add(f, "api.github.com", 0, TIER_0);
+    struct rule *lim[DECISION_LIMITS_MAX + 2];
+    for (unsigned i = 0; i < DECISION_LIMITS_MAX + 2; i++) {
+        lim[i] = add(f, "api.github.com", METHOD_GET, TIER_1);
+        set_ports(f, lim[i], 443, (uint16_t)(1000 + i)); /* each its own identity */
+        lim[i]->rate = (struct rate_spec){.set = true, .requests = 1, .per_ms = 1000};
+    }
+    fx_index(f);
+    struct decision d = decide(f, "api.github.com", METHOD_CONNECT, 443);
+    assert_int_equal(d.verdict, VERDICT_ALLOW);
+    assert_int_equal(d.nlimits, DECISION_LIMITS_MAX);
+    assert_ptr_equal(d.grant, lim[0]);
+    for (unsigned i = 0; i < DECISION_LIMITS_MAX; i++)
+        assert_ptr_equal(d.limits[i], lim[i]);
+    fx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1574,6 +1626,7 @@ int main(void)
         cmocka_unit_test(test_many_rules),
         cmocka_unit_test(test_index_agrees_with_scan),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_tunnel_carries_the_limits_of_its_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

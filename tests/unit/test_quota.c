@@ -70,26 +70,26 @@ static void test_agent_requests(void **state)
     struct quota *q = quota_new(NULL, NULL, 0);
     assert_non_null(q);
     uint64_t w = 77;
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 0, &w), 0);
     assert_int_equal(w, 0);
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 0, &w), -1);
     assert_int_equal(w, 500 * MS);
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 499 * MS, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 499 * MS, &w), -1);
     assert_int_equal(w, 1 * MS);
     /* Another agent has its own bucket. */
-    assert_int_equal(quota_admit(q, &p, "b", NULL, NULL, 0, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 500 * MS, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "b", NULL, NULL, 0, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 500 * MS, &w), 0);
     assert_int_equal(quota_entries(q), 2);
     /* No rate at all: nothing tracked. */
     struct policy none;
     memset(&none, 0, sizeof(none));
-    assert_int_equal(quota_admit(q, &none, "c", NULL, NULL, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &none, "c", NULL, NULL, 0, 0, &w), 0);
     assert_int_equal(quota_entries(q), 2);
     /* A rate with bandwidth only has no request bucket. */
     set_rate(&none.limits.rate, 0, 1000, 0, 100);
     for (int i = 0; i < 10; i++)
-        assert_int_equal(quota_admit(q, &none, "c", NULL, NULL, 0, &w), 0);
+        assert_int_equal(quota_admit(q, &none, "c", NULL, NULL, 0, 0, &w), 0);
     quota_free(q);
     quota_free(NULL);
 }
@@ -104,19 +104,19 @@ static void test_rule_and_agent_both_or_neither(void **state)
     set_rate(&r.rate, 1, 60000, 0, 0);
     struct quota *q = quota_new(NULL, NULL, 0);
     uint64_t w;
-    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, 0, &w), 0);
     /* The rule's bucket is empty: refused, and the agent's token kept. */
-    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, 0, &w), -1);
     assert_int_equal(w, 60 * S);
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 0, &w), 0);
     /* Now the agent's is empty too: the longer wait is the answer. */
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 0, &w), -1);
     assert_int_equal(w, 333333334);
-    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, 0, &w), -1);
     assert_int_equal(w, 60 * S);
     /* Per agent: another agent has the rule's full bucket. */
-    assert_int_equal(quota_admit(q, &p, "b", &r, NULL, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "b", &r, NULL, 0, 0, &w), 0);
     quota_free(q);
 }
 
@@ -133,18 +133,20 @@ static void test_grant_limits_what_it_classifies(void **state)
     memset(&p, 0, sizeof(p));
     struct rule open = make_rule(0, "api.example.test", ports_web, 2);
     struct rule grant = post_grant(1, 60000, 1600);
+    const struct rule *by_grant[] = {&grant};
+    const struct rule *by_open[] = {&open};
     struct quota *q = quota_new(NULL, NULL, 0);
     uint64_t w;
-    assert_int_equal(quota_admit(q, &p, "a", &open, &grant, 0, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "a", &open, &grant, 0, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", &open, by_grant, 1, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", &open, by_grant, 1, 0, &w), -1);
     assert_int_equal(w, 60 * S);
     /* The grant's own requests (a plain POST) share its bucket. */
-    assert_int_equal(quota_admit(q, &p, "a", &grant, &grant, 0, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", &grant, by_grant, 1, 0, &w), -1);
     /* Without a grant of its own, the open rule limits nothing. */
-    assert_int_equal(quota_admit(q, &p, "a", &open, &open, 0, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "a", &open, NULL, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", &open, by_open, 1, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", &open, NULL, 0, 0, &w), 0);
     /* Its upload is metered by the grant's bandwidth. */
-    struct quota_flow *f = quota_flow_open(q, &p, "a", &open, &grant, 0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", &open, by_grant, 1, 0);
     assert_non_null(f);
     assert_true(quota_flow_metered(f));
     assert_int_equal(quota_flow_allow(f, 100000, 0), 1600);
@@ -152,11 +154,72 @@ static void test_grant_limits_what_it_classifies(void **state)
     assert_int_equal(quota_flow_allow(f, 100000, 0), 0);
     /* Decided again without the grant (a reload removed it): unmetered;
      * with it again, its bucket is the one it left, still empty. */
-    quota_flow_set_rule(f, &open, &open, 0);
+    quota_flow_set_rule(f, &open, by_open, 1, 0);
     assert_false(quota_flow_metered(f));
-    quota_flow_set_rule(f, &open, &grant, 0);
+    quota_flow_set_rule(f, &open, by_grant, 1, 0);
     assert_int_equal(quota_flow_allow(f, 100000, 0), 0);
     quota_flow_close(f);
+    quota_free(q);
+}
+
+/* A tunnel (or an extension method) may carry any request to its host: it
+ * takes a token from every rule with a rate that covers it (its decision's
+ * limits), all or none, and its upload is metered by each bandwidth among
+ * them, the smallest in effect. The deciding rule and repeats count once;
+ * past SLOTS the rest are not looked at. Before, a GET-only rule's
+ * {requests: 2, per: 1m} or 1000 B/s beside an open rule and a grant was
+ * nothing to a tunnel. */
+static void test_every_limit_holds_a_tunnel(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    struct rule open = make_rule(0, "api.example.test", ports_web, 2);
+    struct rule grant = post_grant(100, 60000, 64000);
+    struct rule reads = make_rule(2, "api.example.test", ports_web, 2);
+    reads.methods = METHOD_GET;
+    set_rate(&reads.rate, 2, 60000, 0, 1000);
+    const struct rule *limits[] = {&grant, &reads, &open, &reads, NULL};
+    struct quota *q = quota_new(NULL, NULL, 0);
+    uint64_t w;
+    assert_int_equal(quota_admit(q, &p, "a", &open, limits, 5, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", &open, limits, 5, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", &open, limits, 5, 0, &w), -1);
+    assert_int_equal(w, 30 * S);
+    /* all or none: the grant's bucket lost nothing to the refusal */
+    for (int i = 0; i < 98; i++)
+        assert_int_equal(quota_admit(q, &p, "a", &grant, NULL, 0, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", &grant, NULL, 0, 0, &w), -1);
+    /* the smallest bandwidth meters the upload */
+    struct quota_flow *f = quota_flow_open(q, &p, "a", &open, limits, 5, 0);
+    assert_non_null(f);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 1000);
+    quota_flow_take(f, 1000, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 0);
+    /* decided again with the grant alone (a reload dropped the reads rule's
+     * rate): the grant's bucket, which paid its 1000 bytes too */
+    quota_flow_set_rule(f, &open, limits, 1, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 63000);
+    quota_flow_close(f);
+    quota_free(q);
+
+    /* Past the slots, the rest are not looked at: no more work a request. */
+    q = quota_new(NULL, NULL, 0);
+    struct rule many[DECISION_LIMITS_MAX + 1];
+    uint16_t ports[DECISION_LIMITS_MAX + 1][2];
+    const struct rule *lim[DECISION_LIMITS_MAX + 1];
+    for (size_t i = 0; i < DECISION_LIMITS_MAX + 1; i++) {
+        ports[i][0] = 443;
+        ports[i][1] = (uint16_t)(1000 + i); /* each its own identity */
+        many[i] = make_rule(3 + i, "api.example.test", ports[i], 2);
+        many[i].methods = METHOD_GET;
+        set_rate(&many[i].rate, 1, 60000, 0, 0);
+        lim[i] = &many[i];
+    }
+    assert_int_equal(quota_admit(q, &p, "a", &open, lim, DECISION_LIMITS_MAX + 1, 0, &w), 0);
+    for (size_t i = 0; i < DECISION_LIMITS_MAX; i++)
+        assert_int_equal(quota_admit(q, &p, "a", &many[i], NULL, 0, 0, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", &many[DECISION_LIMITS_MAX], NULL, 0, 0, &w), 0);
     quota_free(q);
 }
 
@@ -176,28 +239,28 @@ static void test_keys_survive_reload(void **state)
     set_rate(&other.rate, 1, 60000, 0, 0);
     struct quota *q = quota_new(NULL, NULL, 0);
     uint64_t w;
-    assert_int_equal(quota_admit(q, &p1, "a", &a1, NULL, 0, &w), 0);
-    assert_int_equal(quota_admit(q, &p2, "a", &a2, NULL, S, &w), -1); /* same bucket */
-    assert_int_equal(quota_admit(q, &p2, "a", &other, NULL, S, &w), 0);
+    assert_int_equal(quota_admit(q, &p1, "a", &a1, NULL, 0, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p2, "a", &a2, NULL, 0, S, &w), -1); /* same bucket */
+    assert_int_equal(quota_admit(q, &p2, "a", &other, NULL, 0, S, &w), 0);
     /* Agents and methods are part of the identity too. */
     struct rule ci = a2;
     ci.agents = agents_ci;
     ci.nagents = 1;
-    assert_int_equal(quota_admit(q, &p2, "a", &ci, NULL, S, &w), 0);
+    assert_int_equal(quota_admit(q, &p2, "a", &ci, NULL, 0, S, &w), 0);
     struct rule get = a2;
     get.methods = 1;
-    assert_int_equal(quota_admit(q, &p2, "a", &get, NULL, S, &w), 0);
+    assert_int_equal(quota_admit(q, &p2, "a", &get, NULL, 0, S, &w), 0);
     /* A reload that raises the rate grants nothing at once... */
     set_rate(&a2.rate, 10, 60000, 0, 0);
-    assert_int_equal(quota_admit(q, &p2, "a", &a2, NULL, S, &w), -1);
+    assert_int_equal(quota_admit(q, &p2, "a", &a2, NULL, 0, S, &w), -1);
     assert_int_equal(w, 6 * S);
     /* ...and refills at the new rate. */
-    assert_int_equal(quota_admit(q, &p2, "a", &a2, NULL, 7 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p2, "a", &a2, NULL, 0, 7 * S, &w), 0);
     /* A rate taken out and put back lower: the bucket is kept, nothing granted. */
     a2.rate.set = false;
-    assert_int_equal(quota_admit(q, &p2, "a", &a2, NULL, 7 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p2, "a", &a2, NULL, 0, 7 * S, &w), 0);
     set_rate(&a2.rate, 1, 60000, 0, 0);
-    assert_int_equal(quota_admit(q, &p2, "a", &a2, NULL, 7 * S, &w), -1);
+    assert_int_equal(quota_admit(q, &p2, "a", &a2, NULL, 0, 7 * S, &w), -1);
     quota_free(q);
 }
 
@@ -273,12 +336,13 @@ static void test_keys_at_the_inline_bound(void **state)
         y.agents = agents_y;
         uint64_t w;
         size_t before = quota_entries(q);
-        assert_int_equal(quota_admit(q, &p, agent, &x, NULL, 0, &w), 0);
-        assert_int_equal(quota_admit(q, &p, agent, &y, NULL, 0, &w), 0); /* a bucket of its own */
+        assert_int_equal(quota_admit(q, &p, agent, &x, NULL, 0, 0, &w), 0);
+        assert_int_equal(quota_admit(q, &p, agent, &y, NULL, 0, 0, &w),
+                         0); /* a bucket of its own */
         assert_int_equal(quota_entries(q), before + 2);
         /* Each found again, and empty: the same entries, not new ones. */
-        assert_int_equal(quota_admit(q, &p, agent, &x, NULL, 0, &w), -1);
-        assert_int_equal(quota_admit(q, &p, agent, &y, NULL, 0, &w), -1);
+        assert_int_equal(quota_admit(q, &p, agent, &x, NULL, 0, 0, &w), -1);
+        assert_int_equal(quota_admit(q, &p, agent, &y, NULL, 0, 0, &w), -1);
         assert_int_equal(quota_entries(q), before + 2);
     }
     quota_free(q);
@@ -296,24 +360,24 @@ static void test_bounded_memory(void **state)
     /* Busy agents: the least recently used one goes. */
     for (int i = 0; i < 10; i++) {
         snprintf(id, sizeof(id), "a%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, (uint64_t)i * MS, &w), 0);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, (uint64_t)i * MS, &w), 0);
         assert_true(quota_entries(q) <= 4);
     }
     /* a9 is still tracked (its bucket not full): a second take shows it. */
     for (int i = 0; i < 4; i++)
-        assert_int_equal(quota_admit(q, &p, "a9", NULL, NULL, 10 * MS, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "a9", NULL, NULL, 10 * MS, &w), -1);
+        assert_int_equal(quota_admit(q, &p, "a9", NULL, NULL, 0, 10 * MS, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a9", NULL, NULL, 0, 10 * MS, &w), -1);
     /* Idle ones at rest are all dropped together when room is needed. */
-    assert_int_equal(quota_admit(q, &p, "z", NULL, NULL, 10 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "z", NULL, NULL, 0, 10 * S, &w), 0);
     assert_int_equal(quota_entries(q), 1);
     /* A flow pins its entries: never evicted while it is open. */
     set_rate(&p.limits.rate, 0, 1000, 0, 1000);
-    struct quota_flow *f = quota_flow_open(q, &p, "pinned", NULL, NULL, 10 * S);
+    struct quota_flow *f = quota_flow_open(q, &p, "pinned", NULL, NULL, 0, 10 * S);
     assert_non_null(f);
     set_rate(&p.limits.rate, 5, 1000, 0, 0);
     for (int i = 0; i < 10; i++) {
         snprintf(id, sizeof(id), "b%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 10 * S, &w), 0);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, 10 * S, &w), 0);
     }
     assert_int_equal(quota_flow_allow(f, 5000, 10 * S), 1000);
     quota_flow_take(f, 1000, 10 * S);
@@ -338,7 +402,7 @@ static struct quota *table_of_busy_agents(struct policy *p, size_t n)
     char id[32];
     for (size_t i = 0; i < n; i++) {
         snprintf(id, sizeof(id), "a%zu", i);
-        assert_int_equal(quota_admit(q, p, id, NULL, NULL, (uint64_t)(i + 1) * MS, &w), 0);
+        assert_int_equal(quota_admit(q, p, id, NULL, NULL, 0, (uint64_t)(i + 1) * MS, &w), 0);
     }
     assert_int_equal(quota_entries(q), n);
     return q;
@@ -351,19 +415,19 @@ static void test_full_table_evicts_a_batch(void **state)
     struct quota *q = table_of_busy_agents(&p, 640);
     uint64_t w;
     char id[16];
-    assert_int_equal(quota_admit(q, &p, "new", NULL, NULL, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "new", NULL, NULL, 0, 1 * S, &w), 0);
     assert_int_equal(quota_entries(q), 640 - 10 + 1);
     /* The ten dropped were the least recently used: a10 is still held to
      * its empty bucket, and a0 to a8, made again without a scan (room for
      * nine more), come back as empty as they went, not full (ghosts.h):
      * their hour still runs. */
-    assert_int_equal(quota_admit(q, &p, "a10", NULL, NULL, 1 * S, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a10", NULL, NULL, 0, 1 * S, &w), -1);
     for (int i = 0; i < 9; i++) {
         snprintf(id, sizeof(id), "a%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 1 * S, &w), -1);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, 1 * S, &w), -1);
         assert_true(w > 3598 * S);
     }
-    assert_int_equal(quota_admit(q, &p, "a0", NULL, NULL, 3601 * S + MS, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a0", NULL, NULL, 0, 3601 * S + MS, &w), 0);
     assert_int_equal(quota_entries(q), 640);
     quota_free(q);
 }
@@ -386,7 +450,7 @@ static void test_table_of_held_entries_is_scanned_once_a_batch(void **state)
     struct quota *q = quota_new(NULL, NULL, HELD);
     for (int i = 0; i < HELD; i++) {
         snprintf(ids[i], sizeof(ids[i]), "held%d", i);
-        f[i] = quota_flow_open(q, &p, ids[i], NULL, NULL, 1 * S);
+        f[i] = quota_flow_open(q, &p, ids[i], NULL, NULL, 0, 1 * S);
         assert_non_null(f[i]);
     }
     assert_int_equal(quota_entries(q), HELD);
@@ -395,7 +459,7 @@ static void test_table_of_held_entries_is_scanned_once_a_batch(void **state)
     char id[16];
     for (int i = 0; i < NEW; i++) {
         snprintf(id, sizeof(id), "new%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 2 * S, &w), 0);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, 2 * S, &w), 0);
         assert_true(quota_entries(q) <= HELD + HELD / 64 + 1);
     }
     assert_true(quota_scans(q) - scans <= NEW / (HELD / 64) + 1);
@@ -428,7 +492,7 @@ static void test_entries_resting_one_at_a_time_are_dropped_a_batch_at_once(void 
         if (i == 3000)
             scans = quota_scans(q);
         snprintf(id, sizeof(id), "a%d", i % 2000);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, t, &w), 0);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, t, &w), 0);
         assert_true(quota_entries(q) <= 640 + 640 / 64);
     }
     assert_true(quota_scans(q) - scans <= 1000 / (640 / 64) + 1);
@@ -462,12 +526,12 @@ static void test_full_table_keeps_the_entry_being_admitted(void **state)
     struct rule r;
     struct quota *q = table_of_two(&p, &r, 2, 1000);
     uint64_t w;
-    assert_int_equal(quota_admit(q, &p, "other1", NULL, NULL, 1 * S, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "other2", NULL, NULL, 1 * S, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "new", &r, NULL, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "other1", NULL, NULL, 0, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "other2", NULL, NULL, 0, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "new", &r, NULL, 0, 1 * S, &w), 0);
     /* both buckets of "new" were charged: the rule's allows one more */
-    assert_int_equal(quota_admit(q, &p, "new", &r, NULL, 1 * S, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "new", &r, NULL, 1 * S, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "new", &r, NULL, 0, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "new", &r, NULL, 0, 1 * S, &w), -1);
     assert_true(w > 0);
     assert_true(quota_entries(q) <= 2);
     quota_free(q);
@@ -493,7 +557,7 @@ static void test_refused_requests_make_no_entries(void **state)
         snprintf(pats[i], sizeof(pats[i]), "r%d.example.test", i);
         r[i] = make_rule((size_t)i, pats[i], ports_web, 2);
         set_rate(&r[i].rate, 10, 1000, 0, 0);
-        assert_int_equal(quota_admit(q, &p, "a0", &r[i], NULL, 1 * S, &w), -1);
+        assert_int_equal(quota_admit(q, &p, "a0", &r[i], NULL, 0, 1 * S, &w), -1);
         assert_true(w > 3598 * S);
     }
     assert_int_equal(quota_entries(q), 640);
@@ -502,7 +566,7 @@ static void test_refused_requests_make_no_entries(void **state)
     char id[16];
     for (int i = 1; i < 640; i++) {
         snprintf(id, sizeof(id), "a%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 1 * S, &w), -1);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, 1 * S, &w), -1);
     }
     assert_int_equal(quota_scans(q), scans);
     quota_free(q);
@@ -518,19 +582,20 @@ static void test_a_refusing_rule_makes_no_agent_entry(void **state)
     struct rule r;
     struct quota *q = table_of_two(&p, &r, 1, 60000);
     uint64_t w;
-    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "b", NULL, NULL, 2 * S, &w), 0); /* a's own, full, goes */
+    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "b", NULL, NULL, 0, 2 * S, &w),
+                     0); /* a's own, full, goes */
     assert_int_equal(quota_entries(q), 2);
     size_t scans = quota_scans(q);
-    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 2 * S, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, 2 * S, &w), -1);
     assert_int_equal(w, 58 * S);
     assert_int_equal(quota_entries(q), 2);
     assert_int_equal(quota_scans(q), scans);
     /* Once the rule lets it through, the agent's is made and charged. */
-    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 60 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, 60 * S, &w), 0);
     for (int i = 0; i < 9; i++)
-        assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 60 * S, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 60 * S, &w), -1);
+        assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 60 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 60 * S, &w), -1);
     assert_int_equal(w, 100 * MS);
     quota_free(q);
 }
@@ -547,15 +612,15 @@ static void test_reload_through_a_bandwidth_only_rate_grants_nothing(void **stat
     set_rate(&p.limits.rate, 1, 3600 * 1000, 0, 1000);
     struct quota *q = quota_new(NULL, NULL, 0);
     uint64_t w;
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 1 * S, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 1 * S, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 1 * S, &w), -1);
     assert_true(w >= 3599 * S);
     set_rate(&p.limits.rate, 0, 3600 * 1000, 0, 1000); /* reload: bandwidth only */
-    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, 2 * S);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, 0, 2 * S);
     assert_non_null(f);
     quota_flow_close(f);
     set_rate(&p.limits.rate, 1, 3600 * 1000, 0, 1000); /* reload: the limit is back */
-    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 3 * S, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, NULL, 0, 3 * S, &w), -1);
     assert_true(w >= 3590 * S);
     quota_free(q);
 }
@@ -646,14 +711,14 @@ static void test_eviction_keeps_a_running_quarantine(void **state)
     char id[16];
     for (int i = 0; i < 40; i++) { /* ten tables' worth of busy newcomers */
         snprintf(id, sizeof(id), "b%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, (uint64_t)(i + 2) * S, &w), 0);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, (uint64_t)(i + 2) * S, &w), 0);
     }
     assert_int_equal(quota_quarantine_left(q, "a", 60 * S), 241 * S);
     assert_true(quota_entries(q) <= 5); /* the quarantine, and room for the rest */
     /* Once it lifts the entry is an ordinary one again. */
     for (int i = 0; i < 8; i++) {
         snprintf(id, sizeof(id), "c%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 400 * S, &w), 0);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, 400 * S, &w), 0);
     }
     assert_int_equal(quota_quarantine_left(q, "a", 400 * S), 0);
     assert_true(quota_entries(q) <= 4);
@@ -672,7 +737,7 @@ static void test_eviction_keeps_a_debt(void **state)
     memset(&p, 0, sizeof(p));
     set_rate(&p.limits.rate, 0, 1000, 0, 1000);
     struct quota *q = quota_new(NULL, NULL, 4);
-    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, 1 * S);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, 0, 1 * S);
     assert_non_null(f);
     quota_flow_take(f, 10000, 1 * S); /* 9000 B owed: 9 s to pay */
     quota_flow_close(f);
@@ -681,10 +746,11 @@ static void test_eviction_keeps_a_debt(void **state)
     char id[16];
     for (int i = 0; i < 40; i++) { /* ten tables' worth of busy newcomers */
         snprintf(id, sizeof(id), "b%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 1 * S + (uint64_t)(i + 1) * MS, &w), 0);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, 1 * S + (uint64_t)(i + 1) * MS, &w),
+                         0);
     }
     assert_true(quota_entries(q) <= 5); /* the debt, and room for the rest */
-    f = quota_flow_open(q, &p, "a", NULL, NULL, 2 * S);
+    f = quota_flow_open(q, &p, "a", NULL, NULL, 0, 2 * S);
     assert_non_null(f);
     assert_int_equal(quota_flow_allow(f, 1000, 2 * S), 0);
     assert_true(quota_flow_wait_ns(f, 1000, 2 * S) > 8 * S); /* 8000 B still owed */
@@ -692,7 +758,7 @@ static void test_eviction_keeps_a_debt(void **state)
     /* Once it is paid the entry is an ordinary one again. */
     for (int i = 0; i < 8; i++) {
         snprintf(id, sizeof(id), "c%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 20 * S, &w), 0);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, 20 * S, &w), 0);
     }
     assert_true(quota_entries(q) <= 4);
     quota_free(q);
@@ -736,10 +802,10 @@ static void assert_bound_while_churning(const struct policy *p, const struct rul
     make_churn_rules();
     for (int c = 0; c < CYCLES; c++, t += 100 * MS) {
         for (int k = 0; k < TRIES; k++)
-            admitted += quota_admit(q, p, "a", x, NULL, t, &w) == 0;
+            admitted += quota_admit(q, p, "a", x, NULL, 0, t, &w) == 0;
         for (int i = 0; i < CHURN; i++) {
             snprintf(id, sizeof(id), "c%d", i);
-            quota_admit(q, p, by_rules ? "a" : id, by_rules ? &churn_rules[i] : NULL, NULL,
+            quota_admit(q, p, by_rules ? "a" : id, by_rules ? &churn_rules[i] : NULL, NULL, 0,
                         t + (uint64_t)(i + 1) * 100000, &w);
         }
     }
@@ -778,7 +844,7 @@ static void test_churning_does_not_refill_a_bandwidth_bucket(void **state)
     uint64_t t = 1 * S, sent = 0;
     char id[16];
     for (int c = 0; c < CYCLES; c++, t += 100 * MS) {
-        struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, t);
+        struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, 0, t);
         assert_non_null(f);
         size_t n = quota_flow_allow(f, 100000, t);
         quota_flow_take(f, n, t);
@@ -787,7 +853,7 @@ static void test_churning_does_not_refill_a_bandwidth_bucket(void **state)
         for (int i = 0; i < CHURN; i++) {
             uint64_t now = t + (uint64_t)(i + 1) * 100000;
             snprintf(id, sizeof(id), "c%d", i);
-            f = quota_flow_open(q, &p, id, NULL, NULL, now);
+            f = quota_flow_open(q, &p, id, NULL, NULL, 0, now);
             assert_non_null(f);
             quota_flow_take(f, quota_flow_allow(f, 1000, now), now);
             quota_flow_close(f);
@@ -813,18 +879,18 @@ static void test_no_memory_for_ghosts_keeps_busy_entries(void **state)
     zalloc_left = 0; /* the ghosts fail, the entry after them is made */
     zalloc_failing = true;
     uint64_t w;
-    assert_int_equal(quota_admit(q, &p, "new", NULL, NULL, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "new", NULL, NULL, 0, 1 * S, &w), 0);
     zalloc_failing = false;
     assert_int_equal(zalloc_failures, 1);
     assert_int_equal(quota_entries(q), 5);
-    assert_int_equal(quota_admit(q, &p, "a0", NULL, NULL, 1 * S, &w), -1);
+    assert_int_equal(quota_admit(q, &p, "a0", NULL, NULL, 0, 1 * S, &w), -1);
     /* With memory, the next newcomer makes room, and a0 stays refused. */
-    assert_int_equal(quota_admit(q, &p, "new2", NULL, NULL, 2 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "new2", NULL, NULL, 0, 2 * S, &w), 0);
     assert_int_equal(quota_entries(q), 5);
     for (int i = 0; i < 4; i++) {
         char id[16];
         snprintf(id, sizeof(id), "a%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 2 * S, &w), -1);
+        assert_int_equal(quota_admit(q, &p, id, NULL, NULL, 0, 2 * S, &w), -1);
     }
     quota_free(q);
 }
@@ -1207,7 +1273,7 @@ static void test_eviction_keeps_a_counting_window(void **state)
     char id[16];
     for (int i = 0; i < 40; i++) { /* ten tables' worth of busy newcomers */
         snprintf(id, sizeof(id), "b%d", i);
-        assert_int_equal(quota_admit(l.q, &l.p, id, NULL, NULL, (uint64_t)(i + 3) * S, &w), 0);
+        assert_int_equal(quota_admit(l.q, &l.p, id, NULL, NULL, 0, (uint64_t)(i + 3) * S, &w), 0);
     }
     assert_true(quota_entries(l.q) <= 5); /* the window, and room for the rest */
     assert_int_equal(l.quarantines, 0);
@@ -1237,7 +1303,7 @@ static void test_eviction_keeps_a_counting_window(void **state)
     l.ev.agent = "c7";
     quota_feed(l.q, &l.ev, 62 * S, t0 + 62000);
     assert_int_equal(l.quarantines, 2); /* its third denial */
-    assert_int_equal(quota_admit(l.q, &l.p, "d", NULL, NULL, 200 * S, &w), 0);
+    assert_int_equal(quota_admit(l.q, &l.p, "d", NULL, NULL, 0, 200 * S, &w), 0);
     assert_int_equal(quota_entries(l.q), 3); /* the two quarantines, and d */
 
     /* A reload that changes the period empties the windows, as the
@@ -1251,7 +1317,7 @@ static void test_eviction_keeps_a_counting_window(void **state)
     assert_int_equal(quota_entries(l.q), 10); /* the quarantines, e0 to e7 (d made room) */
     l.p.alerts.denied_burst.per_ms = 3600 * 1000;
     quota_configure(l.q, &l.p);
-    assert_int_equal(quota_admit(l.q, &l.p, "f", NULL, NULL, 301 * S, &w), 0);
+    assert_int_equal(quota_admit(l.q, &l.p, "f", NULL, NULL, 0, 301 * S, &w), 0);
     assert_int_equal(quota_entries(l.q), 3); /* the two quarantines, and f */
     detectors_free(l.d);
     quota_free(l.q);
@@ -1266,8 +1332,8 @@ static void test_flows(void **state)
     /* Nothing shaped: a flow that meters nothing (a reload may bring a
      * limit: test_reload_shapes_a_flow_opened_unshaped), and no entry. */
     set_rate(&r.rate, 5, 1000, 0, 0); /* requests only */
-    struct quota_flow *none[2] = {quota_flow_open(q, &p, "a", &r, NULL, 0),
-                                  quota_flow_open(q, &p, "a", NULL, NULL, 0)};
+    struct quota_flow *none[2] = {quota_flow_open(q, &p, "a", &r, NULL, 0, 0),
+                                  quota_flow_open(q, &p, "a", NULL, NULL, 0, 0)};
     for (int i = 0; i < 2; i++) {
         assert_non_null(none[i]);
         assert_false(quota_flow_metered(none[i]));
@@ -1278,10 +1344,10 @@ static void test_flows(void **state)
     }
     assert_int_equal(quota_entries(q), 0);
     set_rate(&p.limits.rate, 0, 1000, 0, 16000);
-    assert_null(quota_flow_open(q, &p, NULL, &r, NULL, 0));
+    assert_null(quota_flow_open(q, &p, NULL, &r, NULL, 0, 0));
     /* Agent 16000 B/s, rule 1600 B/s: the smaller wins. */
     set_rate(&r.rate, 0, 1000, 0, 1600);
-    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, NULL, 0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, NULL, 0, 0);
     assert_non_null(f);
     assert_true(quota_flow_metered(f));
     assert_int_equal(quota_flow_allow(f, 100000, 0), 1600);
@@ -1293,7 +1359,7 @@ static void test_flows(void **state)
     assert_int_equal(quota_flow_wait_ns(f, 10, 0), 6250 * 1000);
     assert_int_equal(quota_flow_allow(f, 100000, 500 * MS), 800);
     /* A second flow of the same agent shares its buckets. */
-    struct quota_flow *g = quota_flow_open(q, &p, "a", &r, NULL, 500 * MS);
+    struct quota_flow *g = quota_flow_open(q, &p, "a", &r, NULL, 0, 500 * MS);
     assert_int_equal(quota_flow_allow(g, 100000, 500 * MS), 800);
     /* Bytes that moved anyway (debt) hold back what follows. */
     quota_flow_take(g, 2400, 500 * MS); /* 1600 owed on the rule */
@@ -1341,6 +1407,7 @@ static void test_flow_open_out_of_memory(void **state)
     set_rate(&p.limits.rate, 0, 1000, 0, 1600);
     set_rate(&r.rate, 0, 1000, 0, 16000);
     struct rule grant = post_grant(0, 1000, 800);
+    const struct rule *by_grant[] = {&grant};
     struct quota *q = quota_new(NULL, NULL, 0);
     assert_non_null(q);
     unsigned turns = 0;
@@ -1351,7 +1418,7 @@ static void test_flow_open_out_of_memory(void **state)
         zalloc_failures = 0;
         zalloc_left = n;
         zalloc_failing = true;
-        struct quota_flow *f = quota_flow_open(q, &p, id, &r, &grant, 0);
+        struct quota_flow *f = quota_flow_open(q, &p, id, &r, by_grant, 1, 0);
         zalloc_failing = false;
         if (zalloc_failures == 0) {
             assert_non_null(f);
@@ -1379,7 +1446,7 @@ static void test_flow_waits_for_a_useful_amount(void **state)
     memset(&p, 0, sizeof(p));
     set_rate(&p.limits.rate, 0, 1000, 0, 16000); /* pieces of 1000 B, each 62.5 ms */
     struct quota *q = quota_new(NULL, NULL, 0);
-    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, 0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, 0, 0);
     assert_non_null(f);
     quota_flow_take(f, 16000, 0);
     /* 1 ms later 16 bytes came in: too few for 100000 waiting, enough for 10. */
@@ -1421,7 +1488,7 @@ static void test_reload_reshapes_running_flows(void **state)
     struct rule r;
     one_rule_policy(&p, &r, 0, 1000, 16000, 1600);
     struct quota *q = quota_new(NULL, NULL, 0);
-    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, NULL, 0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, NULL, 0, 0);
     assert_non_null(f);
     assert_int_equal(quota_flow_allow(f, 100000, 0), 1600);
     /* The reloaded policy: the rule moved (another index, another address)
@@ -1482,18 +1549,18 @@ static void test_reload_reshapes_request_buckets(void **state)
     struct quota *q = quota_new(NULL, NULL, 0);
     uint64_t w;
     for (int i = 0; i < 10; i++)
-        assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, &w), 0);
-    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, &w), -1);
+        assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", &r, NULL, 0, 0, &w), -1);
     /* 1 ms later, the reload: 10 an hour, for the agent and the rule (now
      * at another address). */
     one_rule_policy(&p2, &r2, 10, 3600 * 1000, 0, 0);
     quota_reshape(q, &p2, 1 * MS);
     /* 10 s on, neither holds a token (a thirtieth of one each). */
-    assert_int_equal(quota_admit(q, &p2, "a", NULL, NULL, 10 * S, &w), -1);
+    assert_int_equal(quota_admit(q, &p2, "a", NULL, NULL, 0, 10 * S, &w), -1);
     assert_true(w > 300 * S);
     rule_only = p2;
     rule_only.limits.rate.set = false;
-    assert_int_equal(quota_admit(q, &rule_only, "a", &r2, NULL, 10 * S, &w), -1);
+    assert_int_equal(quota_admit(q, &rule_only, "a", &r2, NULL, 0, 10 * S, &w), -1);
     assert_true(w > 300 * S);
     quota_free(q);
 }
@@ -1516,7 +1583,7 @@ static struct quota *open_unshaped_flow(struct unshaped_flow *u)
     u->p.nrules = 1;
     struct quota *q = quota_new(NULL, NULL, 0);
     assert_non_null(q);
-    u->f = quota_flow_open(q, &u->p, "a", &u->r, NULL, 0);
+    u->f = quota_flow_open(q, &u->p, "a", &u->r, NULL, 0, 0);
     assert_non_null(u->f);
     assert_int_equal(quota_flow_allow(u->f, 100000, 0), 100000);
     assert_false(quota_flow_metered(u->f));
@@ -1563,7 +1630,7 @@ static void test_flow_set_rule(void **state)
     p.rules = &r;
     p.nrules = 1;
     struct quota *q = quota_new(NULL, NULL, 0);
-    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, NULL, 0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, NULL, 0, 0);
     quota_flow_take(f, 1600, 0); /* the rule's bucket is empty */
     assert_int_equal(quota_flow_allow(f, 100000, 0), 0);
     /* The reload adds a port: another identity, at 3200 B/s. quota_reshape()
@@ -1580,18 +1647,18 @@ static void test_flow_set_rule(void **state)
     quota_reshape(q, &p2, 0);
     assert_int_equal(quota_flow_allow(f, 100000, 0), 100000);
     /* ...until its decision names the new rule: its bucket, new and full. */
-    quota_flow_set_rule(f, &r2, NULL, 0);
+    quota_flow_set_rule(f, &r2, NULL, 0, 0);
     assert_int_equal(quota_flow_allow(f, 100000, 0), 3200);
     quota_flow_take(f, 3200, 0);
     assert_int_equal(quota_flow_allow(f, 100000, 0), 0);
     /* Set to the same rule again: the same bucket, still empty. */
-    quota_flow_set_rule(f, &r2, NULL, 0);
+    quota_flow_set_rule(f, &r2, NULL, 0, 0);
     assert_int_equal(quota_flow_allow(f, 100000, 0), 0);
     /* A rule without bandwidth: the flow is metered by none. */
     struct rule r3 = make_rule(0, "*.example.test", ports_web, 2);
-    quota_flow_set_rule(f, &r3, NULL, 0);
+    quota_flow_set_rule(f, &r3, NULL, 0, 0);
     assert_int_equal(quota_flow_allow(f, 100000, 0), 100000);
-    quota_flow_set_rule(f, NULL, NULL, 0);
+    quota_flow_set_rule(f, NULL, NULL, 0, 0);
     assert_int_equal(quota_flow_allow(f, 100000, 0), 100000);
     quota_flow_close(f);
     assert_int_equal(quota_entries(q), 2); /* the two rules' entries, held by none */
@@ -1621,7 +1688,7 @@ static void test_flow_set_rule_out_of_memory(void **state)
     zalloc_failures = 0;
     zalloc_left = 0;
     zalloc_failing = true;
-    quota_flow_set_rule(f, &r2, NULL, 1 * S);
+    quota_flow_set_rule(f, &r2, NULL, 0, 1 * S);
     assert_int_equal(zalloc_failures, 1);
     assert_true(quota_flow_metered(f));
     zalloc_left = 0; /* still no memory at the next look */
@@ -1693,7 +1760,7 @@ static void test_flow_pause_timer(void **state)
     set_rate(&p.limits.rate, 0, 1000, 0, 16000); /* 1000 B every 62.5 ms */
     struct quota *q = quota_new(NULL, base, 0);
     uint64_t t0 = quota_now();
-    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, t0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, 0, t0);
     quota_flow_take(f, 16000, t0);
     int fired = 0;
     assert_int_equal(quota_flows_waiting(q), 0);
@@ -1758,7 +1825,7 @@ static void test_flow_pause_saturated_wait(void **state)
     set_rate(&p.limits.rate, 0, 1000, 0, 1);
     struct quota *q = quota_new(NULL, r.base, 0);
     uint64_t t0 = quota_now();
-    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, t0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, NULL, 0, t0);
     quota_flow_take(f, (size_t)1 << 36, t0);
     assert_int_equal(quota_flow_wait_ns(f, 1, t0), UINT64_MAX);
     assert_int_equal(quota_flow_pause(f, 1, t0, on_race_flow, &r), 0);
@@ -1779,6 +1846,7 @@ int main(void)
         cmocka_unit_test(test_agent_requests),
         cmocka_unit_test(test_rule_and_agent_both_or_neither),
         cmocka_unit_test(test_grant_limits_what_it_classifies),
+        cmocka_unit_test(test_every_limit_holds_a_tunnel),
         cmocka_unit_test(test_keys_survive_reload),
         cmocka_unit_test(test_rule_identity),
         cmocka_unit_test(test_keys_at_the_inline_bound),
