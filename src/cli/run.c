@@ -932,27 +932,39 @@ struct served {
     int log_fd; /* opened before the box starts: the summary never reopens a path */
     int alerts_fd;
     bool log_lost;    /* the gateway lost lines of its log or alerts file (told by it) */
-    char **token_env; /* the variables the policy's tokens are read from (env:NAME) */
+    char **token_env; /* the variables the policy's tokens and webhooks are read from */
     size_t ntoken_env;
 };
+
+/* Keeps the name NAME of <ref> ("env:NAME", or NULL) in <s>. Returns -1
+ * when out of memory. */
+static int keep_env_ref(struct served *s, const char *ref)
+{
+    if (ref == NULL || strncmp(ref, "env:", 4) != 0)
+        return 0;
+    if ((s->token_env[s->ntoken_env] = strdup(ref + 4)) == NULL)
+        return -1;
+    s->ntoken_env++;
+    return 0;
+}
 
 /* Keeps in <s> the name of every variable an agent's token of <p> is read
  * from: every request from the box is --agent's, so the tokens are of no
  * use in it, and a secret a serving gateway elsewhere knows an agent by
- * must not reach the agent in the box. Returns -1 when out of memory. */
+ * must not reach the agent in the box. So are those webhook URLs are read
+ * from (webhook: env:NAME), whose path is often the credential: the
+ * gateway outside posts the alerts. Returns -1 when out of memory. */
 static int keep_token_env(struct served *s, const struct policy *p)
 {
-    s->token_env = calloc(p->nagents > 0 ? p->nagents : 1, sizeof(*s->token_env));
+    s->token_env = calloc(p->nagents + p->alerts.nsinks + 1, sizeof(*s->token_env));
     if (s->token_env == NULL)
         return -1;
-    for (size_t i = 0; i < p->nagents; i++) {
-        const char *ref = p->agents[i].token_ref;
-        if (ref == NULL || strncmp(ref, "env:", 4) != 0)
-            continue;
-        if ((s->token_env[s->ntoken_env] = strdup(ref + 4)) == NULL)
+    for (size_t i = 0; i < p->nagents; i++)
+        if (keep_env_ref(s, p->agents[i].token_ref) < 0)
             return -1;
-        s->ntoken_env++;
-    }
+    for (size_t i = 0; i < p->alerts.nsinks; i++)
+        if (keep_env_ref(s, p->alerts.sinks[i].env_ref) < 0)
+            return -1;
     return 0;
 }
 

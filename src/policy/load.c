@@ -38,7 +38,6 @@
 #include "util/xalloc.h"
 #include "util/env.h"
 
-#define ENV_NAME_MAX         128
 #define PORT_NONE            UINT32_MAX
 #define DEFAULT_HEADER_BYTES (32u * 1024)
 #define DEFAULT_IDLE_MS      60000u
@@ -71,20 +70,6 @@ static void agent_sources(struct load_ctx *c, const struct ynode *v, void *obj)
     a->sources_line = v->line;
     if (load_want_nonempty_list(c, v) == 0)
         load_cidr_list(c, v, "unix", &a->unix_source, &a->sources, &a->nsources);
-}
-
-static bool valid_env_name(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > ENV_NAME_MAX || (s[0] >= '0' && s[0] <= '9'))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_'))
-            return false;
-    }
-    return true;
 }
 
 /* A secret shorter than this can be guessed: a wrong one is a 407 that
@@ -142,7 +127,7 @@ static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
     }
     const char *name = s + 4;
     a->token_line = v->line;
-    if (!valid_env_name(name)) {
+    if (!load_env_name_ok(name)) {
         load_err(c, v->line, "invalid environment variable name '%s'", load_show(c, name));
         return;
     }

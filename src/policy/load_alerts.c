@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "policy/zone.h"
+#include "util/env.h"
 #include "util/ipaddr.h"
 #include "util/units.h"
 #include "util/weburl.h"
@@ -483,6 +484,38 @@ static int webhook_url(struct load_ctx *c, const struct ynode *v, const char *s)
     return 0;
 }
 
+/* A webhook's URL written `env:NAME` (<name>): read from the variable, so
+ * that the secret its path or query often is (Slack's, Discord's) is in no
+ * file, the policy being readable where its tokens' values are not (run's
+ * box reads it). Returns a copy of the value (the caller frees it), or NULL
+ * when it is not set or empty: an error, or for `check`, which audits a
+ * policy where the secrets are not present, a warning (the sink is left
+ * out), counted as an unset token's is. */
+static char *webhook_env_url(struct load_ctx *c, const struct ynode *v, const char *name)
+{
+    if (!load_env_name_ok(name)) {
+        load_err(c, v->line, "webhook: invalid environment variable name '%s'", load_show(c, name));
+        return NULL;
+    }
+    char *value = env_dup(name);
+    if (value != NULL && *value != '\0')
+        return value;
+    const char *why = value == NULL ? "not set" : "empty";
+    free(value);
+    if (c->flags & POLICY_LOAD_SECRETS_OPTIONAL) {
+        size_t before = c->diag->warnings, dropped = c->warnings_dropped;
+        load_warn(c, v->line,
+                  "webhook env:%s: environment variable %s is %s here; serve refuses to start "
+                  "without it",
+                  name, name, why);
+        c->diag->unset_secrets += c->diag->warnings - before;      /* listed */
+        c->unset_secrets_dropped += c->warnings_dropped - dropped; /* past the listed cap */
+    } else {
+        load_err(c, v->line, "webhook env:%s: environment variable %s is %s", name, name, why);
+    }
+    return NULL;
+}
+
 /* One sink: a single-key mapping {exec: /path} or {webhook: URL}.
  * Returns 1 when <out> was filled. */
 static int sink_item(struct load_ctx *c, const struct ynode *it, struct sink *out)
@@ -506,10 +539,16 @@ static int sink_item(struct load_ctx *c, const struct ynode *it, struct sink *ou
         load_err(c, v->line, "exec needs an absolute path, got '%s'", load_show(c, s));
         return 0;
     }
-    if (!exec && webhook_url(c, v, s) < 0)
+    char *url = NULL; /* the variable's, for env:NAME */
+    if (!exec && strncmp(s, "env:", 4) == 0 && (url = webhook_env_url(c, v, s + 4)) == NULL)
         return 0;
+    if (!exec && webhook_url(c, v, url != NULL ? url : s) < 0) {
+        free(url);
+        return 0;
+    }
     out->kind = exec ? SINK_EXEC : SINK_WEBHOOK;
-    out->target = xstrdup(s);
+    out->target = url != NULL ? url : xstrdup(s);
+    out->env_ref = url != NULL ? xstrdup(s) : NULL;
     out->line = it->line;
     return 1;
 }

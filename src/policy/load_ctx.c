@@ -671,3 +671,17 @@ void load_rate_spec(struct load_ctx *c, const struct ynode *v, struct rate_spec 
         load_field_pop(c, m);
     }
 }
+
+bool load_env_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > LOAD_ENV_NAME_MAX || (s[0] >= '0' && s[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_'))
+            return false;
+    }
+    return true;
+}

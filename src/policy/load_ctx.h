@@ -191,4 +191,11 @@ bool load_agents_meet(const struct rule *a, const struct rule *b);
  * (load_outrank.c). Needs the index. */
 void load_warn_outranking_rules(struct load_ctx *c);
 
+/* The longest NAME an `env:NAME` (a token, a webhook URL) may name. */
+#define LOAD_ENV_NAME_MAX 128
+
+/* Whether <s> is a variable name an `env:NAME` may give: 1 to
+ * LOAD_ENV_NAME_MAX letters, digits and '_', not starting with a digit. */
+bool load_env_name_ok(const char *s);
+
 #endif

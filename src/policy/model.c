@@ -95,8 +95,10 @@ void policy_free(struct policy *p)
         free(p->dns.statics[i].name);
     free(p->dns.statics);
     free(p->alerts.off_hours.tz);
-    for (size_t i = 0; i < p->alerts.nsinks; i++)
+    for (size_t i = 0; i < p->alerts.nsinks; i++) {
         free(p->alerts.sinks[i].target);
+        free(p->alerts.sinks[i].env_ref);
+    }
     free(p->alerts.sinks);
     OPENSSL_cleanse(p->token_key, sizeof(p->token_key));
     free(p);

@@ -187,6 +187,10 @@ enum sink_kind { SINK_EXEC, SINK_WEBHOOK };
 struct sink {
     enum sink_kind kind;
     char *target; /* program path or URL */
+    /* A webhook's `env:NAME` as written, NULL for a URL written inline:
+     * <target> then holds the variable's value, a secret kept out of the
+     * file (run's box reads the file; run and the exec sinks hide NAME). */
+    char *env_ref;
     int line;
     size_t index; /* in the file's alerts.sinks list, for a finding's field */
 };

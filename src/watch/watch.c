@@ -284,9 +284,21 @@ static bool listed(char *const *names, size_t n, const char *name)
     return false;
 }
 
+/* Adds the name NAME of <ref> ("env:NAME", or NULL) to n->token_env,
+ * unless listed. Returns -1 when out of memory. */
+static int token_env_add(struct sinks_next *n, const char *ref)
+{
+    if (ref == NULL || strncmp(ref, "env:", 4) != 0 || listed(n->token_env, n->ntoken_env, ref + 4))
+        return 0;
+    if ((n->token_env[n->ntoken_env++] = zalloc_text(ref + 4)) == NULL)
+        return -1;
+    return 0;
+}
+
 /* Alert programs get the gateway's environment without the variables the
- * agents' tokens are read from (token: env:NAME): secrets that are kept
- * out of the policy file, and that no alert program needs. Those of every
+ * agents' tokens and the webhooks' URLs are read from (token: env:NAME,
+ * webhook: env:NAME): secrets that are kept out of the policy file, and
+ * that no alert program needs. Those of every
  * policy loaded since the start, not only the one in force: a variable a
  * reload no longer reads (an agent renamed its env:NAME, or left) still
  * holds its secret. Fills n->token_env with copies of the <nhad> names
@@ -299,21 +311,20 @@ static bool listed(char *const *names, size_t n, const char *name)
 static int token_env_prepare(struct sinks_next *n, char *const *had, size_t nhad,
                              const struct policy *p)
 {
-    if (p->nagents >= SIZE_MAX / sizeof(*n->token_env) - nhad)
+    size_t refs = p->nagents + p->alerts.nsinks;
+    if (refs >= SIZE_MAX / sizeof(*n->token_env) - nhad)
         return -1;
-    if ((n->token_env = zalloc((nhad + p->nagents + 1) * sizeof(*n->token_env))) == NULL)
+    if ((n->token_env = zalloc((nhad + refs + 1) * sizeof(*n->token_env))) == NULL)
         return -1;
     for (size_t i = 0; i < nhad; i++)
         if ((n->token_env[n->ntoken_env++] = zalloc_text(had[i])) == NULL)
             return -1;
-    for (size_t i = 0; i < p->nagents; i++) {
-        const char *ref = p->agents[i].token_ref;
-        if (ref == NULL || strncmp(ref, "env:", 4) != 0 ||
-            listed(n->token_env, n->ntoken_env, ref + 4))
-            continue;
-        if ((n->token_env[n->ntoken_env++] = zalloc_text(ref + 4)) == NULL)
+    for (size_t i = 0; i < p->nagents; i++)
+        if (token_env_add(n, p->agents[i].token_ref) < 0)
             return -1;
-    }
+    for (size_t i = 0; i < p->alerts.nsinks; i++)
+        if (token_env_add(n, p->alerts.sinks[i].env_ref) < 0)
+            return -1;
     return 0;
 }
 

@@ -33,7 +33,7 @@ from conftest import SANITIZER_MARKS, policy_yaml
 from gate_client import api_rule, other_url, poll, proc_stat, sched_and_pgid
 from gate_servers import pattern_bytes
 from pid1 import AS_PID1, child_pids, running
-from watch_helpers import write_script
+from watch_helpers import Receiver, write_script
 
 PY = "/usr/bin/python3"
 HANG_GUARD_S = 60  # a hang guard, not a claim on time
@@ -2333,6 +2333,66 @@ def test_the_policys_tokens_do_not_reach_the_command(box, net):
     assert "SLUICE_TEST_BOX_TOKEN" not in env and "SLUICE_TEST_BOX_TOKEN2" not in env
     assert "box-secret-1" not in p.stdout and "box-2" not in p.stdout
     assert env["SLUICE_TEST_BOX_KEPT"] == "kept"
+
+
+# In-box code: fetches argv[1] through the relay, reads the policy file argv[2]
+# and its own environment, then waits (bounded) for the file "go" in the
+# working directory, which the test writes once the gateway outside has
+# POSTed the alert: the gateway stops with the command.
+READ_SECRETS = FETCH.replace("print(json.dumps(out))", "") + r"""
+import time
+with open(sys.argv[2]) as f:
+    out["policy"] = f.read()
+out["env"] = dict(os.environ)
+for _ in range(600):
+    if os.path.exists("go"):
+        break
+    time.sleep(0.05)
+out["go"] = os.path.exists("go")
+print(json.dumps(out))
+"""
+
+
+def test_a_webhook_url_read_from_the_environment_is_out_of_the_boxs_reach(box, net):
+    """A webhook URL's path is often its credential (Slack's, Discord's),
+    and the box reads the policy file (read-only): written `webhook:
+    env:NAME`, the URL is in no file, and the command's environment lacks
+    the variable, as it lacks the tokens'; the gateway outside POSTs the
+    alerts to it."""
+    rcv = Receiver()
+    secret = "/services/T0/B0/box-hook-secret-5f1c"
+    url = "http://127.0.0.1:%d%s" % (rcv.port, secret)
+    go = os.path.join(box.workdir, "go")
+
+    def let_go():
+        for _ in range(1200):  # a hang guard: the command gives up after 30 s anyway
+            if any(b.get("kind") == "first_contact" for b in rcv.bodies()):
+                break
+            time.sleep(0.05)
+        with open(go, "w"):
+            pass
+
+    try:
+        pol = box.policy(net.policy([api_rule(net)], alerts={
+            "first_contact": True, "sinks": [{"webhook": "env:SLUICE_TEST_BOX_HOOK"}]}))
+        t = threading.Thread(target=let_go, daemon=True)
+        t.start()
+        p = box.run(["--policy", pol], None,
+                    cmd=[PY, "-c", READ_SECRETS, net.url("/hooked"), pol],
+                    env={"SLUICE_TEST_BOX_HOOK": url}, timeout=HANG_GUARD_S)
+        assert p.returncode == 0, p.stderr
+        t.join(HANG_GUARD_S)
+        out = Box.out(p)
+        assert out["status"] == 200, out
+        assert out["go"], (out, rcv.posts)
+        assert "env:SLUICE_TEST_BOX_HOOK" in out["policy"]
+        assert "box-hook-secret" not in json.dumps(out), out
+        assert "SLUICE_TEST_BOX_HOOK" not in out["env"]
+        assert "box-hook-secret" not in p.stderr, p.stderr
+        paths = [path for path, _, b in rcv.posts if b.get("kind") == "first_contact"]
+        assert paths == [secret], rcv.posts
+    finally:
+        rcv.stop()
 
 
 def test_run_serves_a_policy_whose_token_variables_are_unset(box, net):

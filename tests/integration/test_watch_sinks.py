@@ -148,6 +148,47 @@ def test_exec_sink_environment_holds_no_agent_token(gateway, net, tmp_path):
     assert not [v for v in env if v.startswith("SLUICE_TEST_TOKEN=")], env
 
 
+def test_webhook_url_read_from_the_environment(gateway, net, tmp_path, sluice_bin):
+    """webhook: env:NAME keeps a URL whose path is its credential out of the
+    policy file: the alerts go to the variable's URL, an alert program does
+    not get the variable (as it gets no token's), and `check`, where the
+    secret is not present, warns where serve refuses to start."""
+    rcv = Receiver()
+    try:
+        seen = tmp_path / "env.txt"
+        prog, out = recording_program(tmp_path, "env > %s" % seen)
+        secret = "/hooks/env-hook-secret-91ab"
+        url = "http://127.0.0.1:%d%s" % (rcv.port, secret)
+        pol = net.policy(rules(net), alerts={
+            "first_contact": True,
+            "sinks": [{"exec": prog}, {"webhook": "env:SLUICE_TEST_HOOK_URL"}]})
+        gw = gateway(pol, env={"SLUICE_TEST_HOOK_URL": url, "SLUICE_TEST_KEEP": "kept"},
+                     args=["--alerts", str(tmp_path / "alerts.jsonl")])
+        assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+        poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's output")
+        env = seen.read_text().splitlines()
+        assert "SLUICE_TEST_KEEP=kept" in env
+        assert not [v for v in env if v.startswith("SLUICE_TEST_HOOK_URL=")], env
+        poll(lambda: [p for p, _, b in rcv.posts if b.get("kind") == "first_contact"] or None,
+             timeout=10, what="the webhook's first_contact alert")
+        assert {p for p, _, _ in rcv.posts} == {secret}, rcv.posts
+    finally:
+        rcv.stop()
+    f = tmp_path / "unset.yaml"
+    f.write_text(policy_yaml(pol))
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_TEST_HOOK_URL"}
+    c = subprocess.run([sluice_bin, "check", str(f)], capture_output=True, text=True, timeout=30,
+                       env=env)
+    assert c.returncode == 0, (c.stdout, c.stderr)
+    assert ("alerts.sinks[1]: webhook env:SLUICE_TEST_HOOK_URL: environment variable "
+            "SLUICE_TEST_HOOK_URL is not set here; serve refuses to start without it") in c.stdout
+    s = subprocess.run([sluice_bin, "serve", "--policy", str(f), "--listen", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=30, env=env)
+    assert s.returncode == 2, s.stderr
+    assert ("alerts.sinks[1]: webhook env:SLUICE_TEST_HOOK_URL: environment variable "
+            "SLUICE_TEST_HOOK_URL is not set") in s.stderr
+
+
 def test_exec_sink_environment_holds_no_token_a_reload_dropped(gateway, net, tmp_path):
     """Only the variables the policy in force read tokens from were hidden:
     after a reload that renamed an agent's env:NAME (or dropped the agent,

@@ -1511,6 +1511,62 @@ static void test_depth_cap_exact(void **state)
 
 /* ---- agents ---------------------------------------------------------------- */
 
+/* webhook: env:NAME reads the URL from the variable: the sink holds its
+ * value, and its reference for run and the exec sinks to hide; unset,
+ * empty or misnamed is an error (a warning for check, the sink left out). */
+static void test_webhook_url_from_the_environment(void **state)
+{
+    (void)state;
+    const char *url = "https://hooks.example.com/services/T0/B0/s3cret";
+    setenv("SLUICE_TEST_HOOK", url, 1);
+    setenv("SLUICE_TEST_EMPTY", "", 1);
+    unsetenv("SLUICE_TEST_UNSET");
+    const char *yaml = V R "alerts: {sinks: [{webhook: \"env:SLUICE_TEST_HOOK\"}]}\n";
+    struct diag d;
+    struct policy *p = load(yaml, &d);
+    assert_non_null(p);
+    assert_int_equal(p->alerts.nsinks, 1);
+    assert_string_equal(p->alerts.sinks[0].target, url);
+    assert_string_equal(p->alerts.sinks[0].env_ref, "env:SLUICE_TEST_HOOK");
+    policy_free(p);
+    diag_free(&d);
+    /* a URL written inline has no reference */
+    p = load(V R "alerts: {sinks: [{webhook: \"http://127.0.0.1/h\"}]}\n", &d);
+    assert_non_null(p);
+    assert_null(p->alerts.sinks[0].env_ref);
+    policy_free(p);
+    diag_free(&d);
+    static const struct error_case cases[] = {
+        {V R "alerts: {sinks: [{webhook: \"env:SLUICE_TEST_UNSET\"}]}\n",
+         "p.yaml:5: alerts.sinks[0]: webhook env:SLUICE_TEST_UNSET: environment variable "
+         "SLUICE_TEST_UNSET is not set"},
+        {V R "alerts: {sinks: [{webhook: \"env:SLUICE_TEST_EMPTY\"}]}\n",
+         "p.yaml:5: alerts.sinks[0]: webhook env:SLUICE_TEST_EMPTY: environment variable "
+         "SLUICE_TEST_EMPTY is empty"},
+        {V R "alerts: {sinks: [{webhook: \"env:A-B\"}]}\n",
+         "p.yaml:5: alerts.sinks[0]: webhook: invalid environment variable name 'A-B'"},
+    };
+    RUN(cases);
+    /* the variable's value is checked as a URL written inline is */
+    setenv("SLUICE_TEST_HOOK", "ftp://127.0.0.1/x", 1);
+    expect_error(yaml, "p.yaml:5: alerts.sinks[0]: webhook needs an http:// or https:// URL, "
+                       "got 'ftp://127.0.0.1/...#be74132f'");
+    /* check audits without the secrets: a warning, the sink left out */
+    const char *unset = V R "alerts: {sinks: [{webhook: \"env:SLUICE_TEST_UNSET\"}]}\n";
+    diag_init(&d, FILE_NAME);
+    p = policy_load_buffer_flags(FILE_NAME, unset, strlen(unset), POLICY_LOAD_SECRETS_OPTIONAL, &d);
+    assert_non_null(p);
+    assert_int_equal(p->alerts.nsinks, 0);
+    assert_true(has_entry(&d, DIAG_WARNING,
+                          "p.yaml:5: alerts.sinks[0]: webhook env:SLUICE_TEST_UNSET: environment "
+                          "variable SLUICE_TEST_UNSET is not set here; serve refuses to start "
+                          "without it"));
+    assert_false(diag_fails_strict(&d));
+    policy_free(p);
+    diag_free(&d);
+    unsetenv("SLUICE_TEST_HOOK");
+}
+
 static void test_agent_errors(void **state)
 {
     (void)state;
@@ -3365,6 +3421,7 @@ int main(void)
         cmocka_unit_test(test_file_size_cap),
         cmocka_unit_test(test_node_cap),
         cmocka_unit_test(test_depth_cap_exact),
+        cmocka_unit_test(test_webhook_url_from_the_environment),
         cmocka_unit_test(test_agent_errors),
         cmocka_unit_test(test_empty_agents_warned),
         cmocka_unit_test(test_rule_shape_errors),
