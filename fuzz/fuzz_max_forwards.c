@@ -18,7 +18,8 @@
  * an HTTP/1.0 request without one, the Via member, Connection) and those it
  * rewrites (Max-Forwards, Content-Length, Transfer-Encoding); and it is no longer than the head
  * with a byte more a field (the space after its colon) and the lines the
- * gateway adds. */
+ * gateway adds. The echo, read by the parser, is a request head whose
+ * fields are those of the head sent on, in order, less the secret ones. */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -206,6 +207,45 @@ static int is_echo_of(const char *e, size_t elen, const char *h, size_t n)
     return k == elen;
 }
 
+/* The echo <e> (<n> bytes) read by the parser, not line by line: a
+ * request head whole, with no field whose name says it may hold a secret
+ * (RFC 9110 9.3.8's Authorization and Cookie among them), and every other
+ * field of the head sent on (read_sent()), in its order. */
+static struct http_request echoed;
+
+/* Whether <f>'s value, its blanks around it dropped as the parser drops
+ * them, is <g>'s. */
+static int same_value(const struct http_header *f, const struct http_header *g)
+{
+    const char *v = f->value, *end = v + f->value_len;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    return (size_t)(end - v) == g->value_len && memcmp(v, g->value, g->value_len) == 0;
+}
+
+static void check_echo_parsed(const char *e, size_t n)
+{
+    const char *why = NULL;
+    check(http1_parse_request(e, n, MAX_HEAD + 4096, &echoed, &why) == (int)n);
+    check(echoed.method_bit == req.method_bit && echoed.proxy_authorization == NULL);
+    size_t k = 0;
+    for (size_t i = 0; i < echoed.nheaders; i++) {
+        const struct http_header *f = &echoed.headers[i];
+        check(!max_forwards_field_is_secret(f->name, f->name_len));
+        check(!name_is(f, "authorization") && !name_is(f, "cookie"));
+        while (k < nsent && max_forwards_field_is_secret(sent[k].name, sent[k].name_len))
+            k++;
+        check(k < nsent && sent[k].name_len == f->name_len &&
+              memcmp(sent[k].name, f->name, f->name_len) == 0 && same_value(&sent[k], f));
+        k++;
+    }
+    while (k < nsent && max_forwards_field_is_secret(sent[k].name, sent[k].name_len))
+        k++;
+    check(k == nsent);
+}
+
 /* The gateway's answer to the request whose head sent on is <up>. */
 static void check_answer(struct evbuffer *up, bool keep)
 {
@@ -233,6 +273,7 @@ static void check_answer(struct evbuffer *up, bool keep)
     if (req.method_bit == METHOD_TRACE) {
         check(nct == 1 && ct->value_len == 12 && memcmp(ct->value, "message/http", 12) == 0);
         check(is_echo_of(a + hl, alen - (size_t)hl, before, n));
+        check_echo_parsed(a + hl, alen - (size_t)hl);
     } else {
         check(nct == 0 && rsp.content_length == 0);
     }
