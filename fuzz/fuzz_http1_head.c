@@ -11,12 +11,13 @@
  * is the head parsed at once; a relayed response carries at most one
  * Transfer-Encoding, without empty list elements or identity; other_coding
  * says whether a coding other than chunked and identity is named, and
- * stays so when relayed. A parsed request's method override (its query's
- * _method, decoded as PHP reads a name) is looked for within the head,
- * and found exactly when it is refused. The forwarding fields an origin
- * may pick the site by (routing_host.h) are read without a fault, a
- * mismatch says why, and a match holds each one-element field to the
- * target. */
+ * stays so when relayed; the relayed head under a byte limit is that
+ * head when it fits, and else refused, nothing written. A parsed
+ * request's method override (its query's _method, decoded as PHP reads a
+ * name) is looked for within the head, and found exactly when it is
+ * refused. The forwarding fields an origin may pick the site by
+ * (routing_host.h) are read without a fault, a mismatch says why, and a
+ * match holds each one-element field to the target. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,6 +269,27 @@ static void check_request(const char *buf, size_t len)
     evbuffer_free(out);
 }
 
+/* http1_write_upstream_response_max() against the head written without a
+ * limit, <s> (<n> bytes): at a limit of <n> and above it writes the same
+ * bytes; a byte under it (and at a limit taken from the head) refuses it,
+ * HTTP1_TOO_BIG, writing nothing. */
+static void check_response_max(const char *s, size_t n, unsigned flags)
+{
+    const char *date = "Sun, 06 Nov 1994 08:49:37 GMT";
+    size_t limits[] = {n, n + 1, n - 1, n / 2, (unsigned char)s[n / 3]};
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        struct evbuffer *out = evbuffer_new();
+        check(out != NULL);
+        int wr = http1_write_upstream_response_max(&rsp, out, flags, date, limits[i]);
+        size_t got = evbuffer_get_length(out);
+        if (limits[i] >= n)
+            check(wr == 0 && got == n && memcmp(evbuffer_pullup(out, -1), s, n) == 0);
+        else
+            check(wr == HTTP1_TOO_BIG && got == 0);
+        evbuffer_free(out);
+    }
+}
+
 static void check_response(const char *buf, size_t len)
 {
     const char *why = NULL;
@@ -317,6 +339,7 @@ static void check_response(const char *buf, size_t len)
     check_relayed_te(rsp_again.headers, rsp_again.nheaders);
     check(!has_header(rsp_again.headers, rsp_again.nheaders, "proxy-authenticate"));
     check(!has_header(rsp_again.headers, rsp_again.nheaders, "sluice-reason"));
+    check_response_max(s, n, flags);
     evbuffer_free(out);
 }
 
