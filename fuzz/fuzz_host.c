@@ -7,8 +7,10 @@
  * nothing (the same host, or refused alike), nor does one more trailing
  * dot after a name; host_sent_names() says the input names its normal form
  * exactly when the input is ASCII (any IP spelling), and with the canonical
- * IP spelling asked for never says more, nor anything else of a name. */
+ * IP spelling asked for never says more, nor anything else of a name; a
+ * pattern taken is refused with a port or a scheme, saying so. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,6 +130,31 @@ static void check_spellings(const char *s, size_t len, int rc, const struct host
     free(alt);
 }
 
+/* A pattern <s> taken, written with a port or as a URL (pasted in a
+ * hurry), is refused, and the reason says which: never as what it is not
+ * (an "invalid IP literal"). */
+static void check_port_and_url(const char *s)
+{
+    static const char *const forms[][3] = {
+        {"", ":443", "port"},
+        {"", ":", "port"},
+        {"https://", "", "URL"},
+        {"http://", ":8080/x", "URL"},
+    };
+    char buf[HOST_MAX + 64];
+    size_t n = strlen(s);
+    if (n > HOST_MAX + 8)
+        return;
+    for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+        struct host_pattern p;
+        const char *why = NULL;
+        snprintf(buf, sizeof(buf), "%s%s%s", forms[i][0], s, forms[i][1]);
+        if (host_pattern_parse(buf, &p, &why) == 0 || why == NULL ||
+            strstr(why, forms[i][2]) == NULL)
+            abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct host h;
@@ -151,6 +178,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         why = NULL;
         if (host_pattern_parse(buf, &p, &why) == 0) {
             check_pattern(&p);
+            check_port_and_url(buf);
             /* "*.X" names what "X" names, below it: the suffix is judged
              * as the same name would be, whole, never cut short. */
             struct host_pattern exact;
