@@ -252,6 +252,18 @@ static bool psl_lists(const char *name, int section)
     return psl == NULL || psl_is_public_suffix2(psl, name, section | PSL_TYPE_NO_STAR_RULE);
 }
 
+enum name_extra host_name_extra(const char *s, size_t len)
+{
+    const char *colon = memchr(s, ':', len);
+    if (colon == NULL)
+        return NAME_EXTRA_NONE;
+    if (len - (size_t)(colon - s) >= 3 && memcmp(colon, "://", 3) == 0)
+        return NAME_EXTRA_URL;
+    if (s[0] != '[' && memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) == NULL)
+        return NAME_EXTRA_PORT;
+    return NAME_EXTRA_NONE;
+}
+
 int host_pattern_parse(const char *s, struct host_pattern *out, const char **why)
 {
     struct host h;
@@ -268,19 +280,18 @@ int host_pattern_parse(const char *s, struct host_pattern *out, const char **why
         goto err;
     }
     /* A URL or a name with its port, pasted in a hurry: refused as before,
-     * but said so ("invalid IP literal" named what it is not). A name holds
-     * no ':'; an IPv6 literal holds two or more. */
-    const char *colon = memchr(s, ':', len);
-    if (colon != NULL && len - (size_t)(colon - s) >= 3 && memcmp(colon, "://", 3) == 0) {
+     * but said so. */
+    switch (host_name_extra(s, len)) {
+    case NAME_EXTRA_URL:
         w = "a host pattern is a name, not a URL: write the name alone, without scheme, port "
             "or path";
         goto err;
-    }
-    if (colon != NULL && s[0] != '[' &&
-        memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) == NULL) {
+    case NAME_EXTRA_PORT:
         w = "a host pattern holds no port: write the name alone (a rule's ports go in ports:, "
             "and deny covers every port)";
         goto err;
+    case NAME_EXTRA_NONE:
+        break;
     }
     if (len >= 2 && s[0] == '*' && s[1] == '.') {
         kind = PATTERN_WILDCARD;

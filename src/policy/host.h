@@ -79,6 +79,15 @@ struct host_pattern {
     char name[HOST_MAX + 1]; /* exact: the normal name; wildcard: the suffix, without "*." */
 };
 
+/* What a value written where a bare name belongs (a host pattern, a
+ * dns.static name) holds besides the name: a URL's "://"
+ * (NAME_EXTRA_URL), or a port, one ':' outside brackets (NAME_EXTRA_PORT).
+ * A name holds no ':' and an IPv6 literal two or more, or brackets: those
+ * are NAME_EXTRA_NONE, left to host_normalise(), whose "invalid IP
+ * literal" for the others would name what the value is not. */
+enum name_extra { NAME_EXTRA_NONE, NAME_EXTRA_URL, NAME_EXTRA_PORT };
+enum name_extra host_name_extra(const char *s, size_t len);
+
 /* Validates and normalises a policy host pattern. Rejects "*", globs other
  * than one leading "*." label, wildcards over a public suffix (ICANN section
  * of the Public Suffix List, e.g. "*.com", "*.co.uk"; its private section

@@ -1384,7 +1384,16 @@ static int dns_static_entry(struct load_ctx *c, const struct ynode *k, const str
     const char *why = NULL;
     if (load_refuse_yaml_word(c, k) != 0)
         return 0;
-    if (host_normalise(k->str, k->len, &h, &why) != 0) {
+    /* As a host pattern's: a name pasted with its port or as a URL is
+     * told so, not as an "invalid IP literal". */
+    enum name_extra extra = host_name_extra(k->str, k->len);
+    if (extra == NAME_EXTRA_URL)
+        why = "a dns.static name is a name, not a URL: write the name alone, without scheme, "
+              "port or path";
+    else if (extra == NAME_EXTRA_PORT)
+        why = "a dns.static name holds no port: write the name alone (its address serves every "
+              "port)";
+    if (why != NULL || host_normalise(k->str, k->len, &h, &why) != 0) {
         load_err(c, k->line, "invalid name '%s': %s", load_show(c, k->str), why ? why : "invalid");
         return 0;
     }

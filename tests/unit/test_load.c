@@ -911,6 +911,14 @@ static void test_host_with_port_or_url(void **state)
         {V "rules:\n  - host: https://api.github.com/repos\n    tier: 0\n",
          "p.yaml:3: rules[0].host: invalid host pattern 'https://api.github.com/repos': a host "
          "pattern is a name, not a URL: write the name alone, without scheme, port or path"},
+        /* a dns.static name is told the same way (host_name_extra()) */
+        {V R "dns: {static: {\"api.example.test:443\": 127.0.0.2}}\n",
+         "p.yaml:5: dns.static.api.example.test:443: invalid name 'api.example.test:443': a "
+         "dns.static name holds no port: write the name alone (its address serves every port)"},
+        {V R "dns: {static: {\"https://api.example.test\": 127.0.0.2}}\n",
+         "p.yaml:5: dns.static.https://api.example.test: invalid name 'https://api.example.test': "
+         "a dns.static name is a name, not a URL: write the name alone, without scheme, port or "
+         "path"},
     };
     RUN(cases);
 }
