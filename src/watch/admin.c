@@ -732,16 +732,10 @@ static int admin_listen_tcp(struct admin *a, char *err, size_t errlen)
         a->base, on_accept, a, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE,
         ADMIN_BACKLOG, (const struct sockaddr *)&a->addr.ss, (int)a->addr.sslen);
     if (a->lev == NULL) {
-        /* errno is bind()'s or listen()'s: the close after it keeps it */
+        /* errno is bind()'s or listen()'s: the close after it keeps it.
+         * The address as a --listen error writes it (listener.c). */
         int e = errno;
-        char host[INET6_ADDRSTRLEN + IF_NAMESIZE + 1];
-        struct ipaddr ip;
-        uint16_t port = 0;
-        (void)sockaddr_to_ipaddr((const struct sockaddr *)&a->addr.ss, &ip, &port);
-        if (getnameinfo((const struct sockaddr *)&a->addr.ss, a->addr.sslen, host, sizeof(host),
-                        NULL, 0, NI_NUMERICHOST) != 0)
-            snprintf(host, sizeof(host), "?");
-        snprintf(err, errlen, "%s: cannot listen on %s port %u: %s", named(a), host, (unsigned)port,
+        snprintf(err, errlen, "%s: cannot listen on %s: %s", named(a), a->addr.text,
                  e != 0 ? strerror(e) : "unknown error");
         admin_free(a);
         return -1;

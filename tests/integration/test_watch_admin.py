@@ -759,7 +759,8 @@ def test_admin_port_in_use_says_why(run_sluice, tmp_path):
     finally:
         busy.close()
     assert r.returncode != 0, r.stderr
-    assert ("--admin 127.0.0.1:%d: cannot listen on 127.0.0.1 port %d: Address already in use\n"
+    # the address written as --listen's error writes it (before: "127.0.0.1 port PORT")
+    assert ("--admin 127.0.0.1:%d: cannot listen on 127.0.0.1:%d: Address already in use\n"
             % (port, port)) in r.stderr, r.stderr
 
 
