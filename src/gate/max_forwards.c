@@ -41,9 +41,51 @@ bool max_forwards_field_is_secret(const char *name, size_t len)
     return false;
 }
 
+/* Adds <n> bytes at <s> to <out> (when not NULL) and to <*len>; false out
+ * of memory. */
+static bool echo_add(struct evbuffer *out, const char *s, size_t n, size_t *len)
+{
+    if (out != NULL && evbuffer_add(out, s, n) != 0)
+        return false;
+    *len += n;
+    return true;
+}
+
+/* The echo of the request line <line> (<n> bytes, its CRLF included): as
+ * it came, but the value of a query parameter whose name
+ * max_forwards_field_is_secret() names (?api_key=, ?access_token=) left
+ * out, its "name=" kept. Returns its length, or -1 out of memory. */
+static ssize_t echo_request_line(const char *line, size_t n, struct evbuffer *out)
+{
+    size_t len = 0;
+    const char *sp = memchr(line, ' ', n);
+    const char *q = sp != NULL ? memchr(sp, '?', n - (size_t)(sp - line)) : NULL;
+    const char *end = line + n; /* the target's end: the space before the version */
+    while (end > line && end[-1] != ' ')
+        end--;
+    if (q == NULL || end <= q + 1)
+        return echo_add(out, line, n, &len) ? (ssize_t)len : -1;
+    const char *at = q + 1;
+    if (!echo_add(out, line, (size_t)(at - line), &len))
+        return -1;
+    while (at < end - 1) { /* end - 1: the space */
+        const char *amp = memchr(at, '&', (size_t)(end - 1 - at));
+        const char *stop = amp != NULL ? amp : end - 1;
+        const char *eq = memchr(at, '=', (size_t)(stop - at));
+        size_t keep = eq != NULL && max_forwards_field_is_secret(at, (size_t)(eq - at))
+                          ? (size_t)(eq + 1 - at)
+                          : (size_t)(stop - at);
+        if (!echo_add(out, at, keep, &len) || (amp != NULL && !echo_add(out, "&", 1, &len)))
+            return -1;
+        at = amp != NULL ? amp + 1 : stop;
+    }
+    return echo_add(out, end - 1, (size_t)(line + n - (end - 1)), &len) ? (ssize_t)len : -1;
+}
+
 /* The echo of the head <head> (<n> bytes, as the request writer wrote it:
  * its request line, "name: value" CRLF lines, the empty line): its lines
- * but the fields max_forwards_field_is_secret() names, added to <out>, or
+ * but the fields max_forwards_field_is_secret() names, the request line's
+ * secret query values left out (echo_request_line()), added to <out>, or
  * only counted when <out> is NULL. Returns its length, or -1 out of
  * memory. */
 static ssize_t echo_lines(const char *head, size_t n, struct evbuffer *out)
@@ -52,7 +94,15 @@ static ssize_t echo_lines(const char *head, size_t n, struct evbuffer *out)
     for (size_t at = 0, line = 0; at < n; line++) {
         const char *lf = memchr(head + at, '\n', n - at);
         size_t end = lf != NULL ? (size_t)(lf - head) + 1 : n;
-        const char *colon = line > 0 ? memchr(head + at, ':', end - at) : NULL;
+        if (line == 0) {
+            ssize_t r = echo_request_line(head, end, out);
+            if (r < 0)
+                return -1;
+            len += (size_t)r;
+            at = end;
+            continue;
+        }
+        const char *colon = memchr(head + at, ':', end - at);
         if (colon == NULL ||
             !max_forwards_field_is_secret(head + at, (size_t)(colon - head) - at)) {
             if (out != NULL && evbuffer_add(out, head + at, end - at) != 0)

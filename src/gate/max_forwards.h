@@ -25,7 +25,9 @@ bool max_forwards_ends_here(const struct http_request *req);
  * for the fields likely to hold a secret, as RFC 9110 9.3.8 asks of its
  * final recipient: Proxy-Authorization, the agent's secret, and the other
  * hop-by-hop fields, which the writer drops, and those
- * max_forwards_field_is_secret() names. Returns 0, or -1 out of memory. */
+ * max_forwards_field_is_secret() names, and the value of a query parameter
+ * whose name it names ("?api_key=" kept, its value not). Returns 0, or -1
+ * out of memory. */
 int max_forwards_answer(struct conn *c, struct evbuffer *out, bool keep);
 
 /* Whether the field named <name> (<len> bytes) is left out of a TRACE's

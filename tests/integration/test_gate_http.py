@@ -1655,29 +1655,48 @@ def test_max_forwards_counted_down_and_zero_answered_by_the_gateway(gateway, net
                    b"Via: 1.1 sluice\r\nConnection: close\r\n\r\n"], got
 
 
+def _trace_answered_by_the_gateway(gateway, net, path, fields):
+    """The raw answer to a TRACE of <path> with Max-Forwards: 0 and the
+    field lines <fields>, which the gateway answers itself (nothing goes
+    upstream), and the authority it was sent to."""
+    got = []
+    with ScriptedUpstream(_recording_script(got, b"HTTP/1.1 204 No Content\r\n\r\n")) as up:
+        gw, authority = _gateway_to(gateway, net, "trace.example.test", up)
+        raw = exchange_until_close(
+            gw, b"TRACE http://%s%s HTTP/1.1\r\nHost: %s\r\nMax-Forwards: 0\r\n%s"
+                b"Connection: close\r\n\r\n" % (authority, path, authority, fields))
+    assert got == [], got
+    return raw, authority
+
+
 def test_a_trace_answered_by_the_gateway_echoes_no_credentials(gateway, net):
     # RFC 9110 9.3.8: the final recipient of a TRACE SHOULD leave out of its
     # echo the fields likely to hold sensitive data. The gateway is that
     # recipient at Max-Forwards: 0: its echo, which an agent may put in a log
     # or a model's context, carries no Authorization, Cookie or other field
     # whose name says it holds a credential; the rest goes back as it came.
-    got = []
-    with ScriptedUpstream(_recording_script(got, b"HTTP/1.1 204 No Content\r\n\r\n")) as up:
-        gw, authority = _gateway_to(gateway, net, "trace.example.test", up)
-        raw = exchange_until_close(
-            gw, b"TRACE http://%s/t HTTP/1.1\r\nHost: %s\r\nMax-Forwards: 0\r\n"
-                b"Authorization: Bearer s3cret-bearer\r\nCookie: sid=s3cret-cookie\r\n"
-                b"X-Api-Key: s3cret-apikey\r\nx-auth-token:s3cret-token\r\n"
-                b"Private-Token: s3cret-private\r\nX-Amz-Security-Token: s3cret-amz\r\n"
-                b"Accept: */*\r\nX-Request-Id: 7\r\nConnection: close\r\n\r\n"
-            % (authority, authority))
-    assert got == [], got
+    raw, authority = _trace_answered_by_the_gateway(
+        gateway, net, b"/t", b"Authorization: Bearer s3cret-bearer\r\nCookie: sid=s3cret-cookie\r\n"
+        b"X-Api-Key: s3cret-apikey\r\nx-auth-token:s3cret-token\r\n"
+        b"Private-Token: s3cret-private\r\nX-Amz-Security-Token: s3cret-amz\r\n"
+        b"Accept: */*\r\nX-Request-Id: 7\r\n")
     body = (b"TRACE /t HTTP/1.1\r\nHost: " + authority + b"\r\nMax-Forwards: 0\r\n"
             b"Accept: */*\r\nX-Request-Id: 7\r\nVia: 1.1 sluice\r\nConnection: close\r\n\r\n")
     assert b"s3cret" not in raw, raw
     assert undated(raw) == (b"HTTP/1.1 200 OK\r\nContent-Type: message/http\r\n"
                             b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
                             + body), raw
+
+
+def test_a_trace_answered_by_the_gateway_echoes_no_credential_of_its_query(gateway, net):
+    # As its fields: a query parameter whose name says it holds a
+    # credential (?api_key=, ?access_token=, ?signature=...) is echoed with its
+    # value left out ("api_key="); the other parameters go back as they came.
+    raw, _ = _trace_answered_by_the_gateway(
+        gateway, net, b"/t?q=1&api_key=s3cret-a&Access_Token=s3cret-b&signature=s3cret-c"
+        b"&page=2&token", b"")
+    assert b"s3cret" not in raw, raw
+    assert b"\r\n\r\nTRACE /t?q=1&api_key=&Access_Token=&signature=&page=2&token HTTP/1.1\r\n" in raw, raw
 
 
 def _field_lines(head):
