@@ -1305,6 +1305,31 @@ def test_file_name_cannot_write_lines_into_standard_error(sluice_bin, tmp_path):
                         % shown), r.stderr
 
 
+def test_fifo_pipe_and_device_are_refused_unread(sluice_bin, tmp_path):
+    """README says `check`, unlike `serve`, reads a regular file only: a FIFO
+    no one writes to, a pipe or /dev/zero is refused at once, exit 2, not
+    waited on nor read up to the 16 MiB cap."""
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    r, w = os.pipe()
+    try:
+        os.write(w, GOOD.encode())
+        os.close(w)
+        w = -1
+        pipe = subprocess.run([sluice_bin, "check", "/dev/fd/%d" % r], capture_output=True,
+                              text=True, timeout=60, pass_fds=(r,))
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    for path, res in ((str(fifo), run(sluice_bin, "check", str(fifo))),
+                      ("/dev/zero", run(sluice_bin, "check", "/dev/zero")),
+                      ("/dev/fd/%d" % r, pipe)):
+        assert res.returncode == 2, (path, res.returncode, res.stderr)
+        assert res.stdout == "", (path, res.stdout)
+        assert res.stderr == "sluice check: cannot read %s: not a regular file\n" % path, res.stderr
+
+
 def test_agent_in_report_mode_is_not_said_to_be_denied_everything(sluice_bin, tmp_path):
     """An agent in report mode that no rule serves was listed as "nothing:
     every request is denied", while the gateway lets everything the policy
