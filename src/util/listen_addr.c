@@ -174,7 +174,8 @@ static enum fault split_host(const char *s, bool port_alone, struct listen_addr 
     return FAULT_NONE;
 }
 
-/* <s> read into <out>; <admin>: --admin's bare port and port 0 refused. */
+/* <s> read into <out>; <admin>: --admin's, whose bare port (or empty HOST)
+ * is 127.0.0.1's and whose port 0 is refused. */
 static enum fault read_addr(const char *s, bool admin, struct listen_addr *out)
 {
     memset(out, 0, sizeof(*out));
