@@ -130,20 +130,29 @@ def test_exec_sink_starts_with_default_signals(gateway, net, tmp_path):
         assert not ignored & (1 << (sig - 1)), (sig, status)
     assert int(status["SigBlk"], 16) == 0, status
 
+def _alert_program_environment(gateway, net, tmp_path, make_policy, env):
+    """(policy, environment lines) of an alert program that recorded its
+    environment for a POST through a gateway serving make_policy(program),
+    started with <env>."""
+    seen = tmp_path / "env.txt"
+    prog, out = recording_program(tmp_path, "env > %s" % seen)
+    pol = make_policy(prog)
+    gw = gateway(pol, env=env, args=["--alerts", str(tmp_path / "alerts.jsonl")])
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's output")
+    return pol, seen.read_text().splitlines()
+
+
 def test_exec_sink_environment_holds_no_agent_token(gateway, net, tmp_path):
     # the agents' secrets are in the gateway's environment (token: env:NAME,
     # never in the policy file): an alert program, which needs none of
     # them, does not get them; the rest of the environment it does
-    seen = tmp_path / "env.txt"
-    prog, out = recording_program(tmp_path, "env > %s" % seen)
     agents = [{"id": "ci-bot", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN"},
               {"id": "anon", "sources": ["127.0.0.0/8"]}]
-    gw = gateway(net.policy(rules(net), agents=agents, alerts={"sinks": [{"exec": prog}]}),
-                 env={"SLUICE_TEST_TOKEN": "s3cret-token", "SLUICE_TEST_KEEP": "kept"},
-                 args=["--alerts", str(tmp_path / "alerts.jsonl")])
-    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
-    poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's output")
-    env = seen.read_text().splitlines()
+    _, env = _alert_program_environment(
+        gateway, net, tmp_path,
+        lambda prog: net.policy(rules(net), agents=agents, alerts={"sinks": [{"exec": prog}]}),
+        {"SLUICE_TEST_TOKEN": "s3cret-token", "SLUICE_TEST_KEEP": "kept"})
     assert "SLUICE_TEST_KEEP=kept" in env
     assert not [v for v in env if v.startswith("SLUICE_TEST_TOKEN=")], env
 
@@ -155,18 +164,14 @@ def test_webhook_url_read_from_the_environment(gateway, net, tmp_path, sluice_bi
     secret is not present, warns where serve refuses to start."""
     rcv = Receiver()
     try:
-        seen = tmp_path / "env.txt"
-        prog, out = recording_program(tmp_path, "env > %s" % seen)
         secret = "/hooks/env-hook-secret-91ab"
         url = "http://127.0.0.1:%d%s" % (rcv.port, secret)
-        pol = net.policy(rules(net), alerts={
-            "first_contact": True,
-            "sinks": [{"exec": prog}, {"webhook": "env:SLUICE_TEST_HOOK_URL"}]})
-        gw = gateway(pol, env={"SLUICE_TEST_HOOK_URL": url, "SLUICE_TEST_KEEP": "kept"},
-                     args=["--alerts", str(tmp_path / "alerts.jsonl")])
-        assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
-        poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's output")
-        env = seen.read_text().splitlines()
+        pol, env = _alert_program_environment(
+            gateway, net, tmp_path,
+            lambda prog: net.policy(rules(net), alerts={
+                "first_contact": True,
+                "sinks": [{"exec": prog}, {"webhook": "env:SLUICE_TEST_HOOK_URL"}]}),
+            {"SLUICE_TEST_HOOK_URL": url, "SLUICE_TEST_KEEP": "kept"})
         assert "SLUICE_TEST_KEEP=kept" in env
         assert not [v for v in env if v.startswith("SLUICE_TEST_HOOK_URL=")], env
         poll(lambda: [p for p, _, b in rcv.posts if b.get("kind") == "first_contact"] or None,
