@@ -11,6 +11,9 @@ between requests (an atomic replace). FILE maps lower-case names to:
      "ttl": 60,                             their TTL (default 60)
      "cname": "other.test",                 a CNAME first; the address
                                             records are then the target's
+                                            (a list: a chain of CNAMEs, each
+                                            to the next, the last one's
+                                            target owning the records)
      "cname_ttl": 1,                        the CNAME's TTL (default "ttl")
      "rcode": 2,                            the response code (default 0)
      "tc": true,                            the truncation flag (or a list
@@ -177,8 +180,9 @@ def answer(script, data, peer_events):
         question = encode_name("x" + name) + question[-4:]
     records = []
     owner = b"\xc0\x0c"  # a pointer to the question's name
-    if entry.get("cname"):
-        target = encode_name(entry["cname"])
+    chain = entry.get("cname") or []
+    for alias in [chain] if isinstance(chain, str) else chain:
+        target = encode_name(alias)
         records.append(rr(owner, 5, int(entry.get("cname_ttl", entry.get("ttl", 60))), target))
         owner = target
     if mode == "wrong_class":
