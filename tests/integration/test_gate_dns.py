@@ -44,9 +44,11 @@ class World:
     """A gateway in its own namespace and the scripted servers beside it."""
 
     def __init__(self, gateway, net, tmp_path, script, names, servers, helper_args=(), allow=(),
-                 args=(), alerts=None, resolv_conf=None, static=None, env=None, deny=()):
+                 args=(), alerts=None, resolv_conf=None, static=None, env=None, deny=(),
+                 deny_ranges=None):
         self.net = net
         self.deny = list(deny)
+        self.deny_ranges = deny_ranges
         self.static = static or {}
         self.names = names
         self.alerts = alerts
@@ -76,7 +78,7 @@ class World:
         rules = [{"host": n, "ports": [80, 81], "tier": 0} for n in self.names]
         return self.net.policy(rules, static=self.static, dns_servers=servers,
                                allow_ranges=self.allow, alerts=self.alerts,
-                               deny=self.deny or None)
+                               deny=self.deny or None, deny_ranges=self.deny_ranges)
 
     def set_servers(self, servers):
         """Rewrites the policy with <servers> and reloads it (SIGHUP)."""
@@ -136,19 +138,20 @@ class World:
 @pytest.fixture
 def world(gateway, net, tmp_path):
     """world(script, names=None, servers=None, helper_args=(), allow=(), args=(),
-    alerts=None, resolv_conf=None, static=None, env=None, deny=()): a World whose policy
-    allows port 80 of each name in <names> (default: the script's names) and denies
-    those of <deny>, pins the
+    alerts=None, resolv_conf=None, static=None, env=None, deny=(), deny_ranges=None): a
+    World whose policy allows port 80 of each name in <names> (default: the script's
+    names) and denies those of <deny>, with <deny_ranges> as network.deny_ranges (the
+    default set when None), pins the
     names of <static> (dns.static), <allow> more ranges
     than ALLOWED's, with <alerts> as its alerts section, its helper given
     <helper_args> too (--ports, --hog), serve given <args> too, and
     <resolv_conf> (text) as the namespace's /etc/resolv.conf, <env> the
     gateway's environment variables beside the usual ones."""
     def make(script, names=None, servers=None, helper_args=(), allow=(), args=(), alerts=None,
-             resolv_conf=None, static=None, env=None, deny=()):
+             resolv_conf=None, static=None, env=None, deny=(), deny_ranges=None):
         return World(gateway, net, tmp_path, script, names or list(script),
                      servers or ["127.0.0.1:53"], helper_args, allow, args, alerts,
-                     resolv_conf, static, env, deny)
+                     resolv_conf, static, env, deny, deny_ranges)
     return make
 
 
@@ -217,6 +220,23 @@ def test_private_answer_refused(world, rtype, addr, logged):
     w = world({"priv.test": {rtype: [addr]}})
     r = w.get("priv.test")
     assert_refused(w, r, "priv.test", "private_address", logged)
+    assert w.reached() == []
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_a_nat64_network_specific_prefix_is_judged_only_when_listed(world, listed):
+    # A site's NAT64 translator under a prefix of its own (RFC 6052 2.2, here
+    # 2a00:1:64::/96), not 64:ff9b::/96: the guard cannot know it, and reads
+    # 2a00:1:64::a9fe:a9fe as the public IPv6 address it looks like, which
+    # the translator would connect to 169.254.169.254. Listed in deny_ranges
+    # (README and SPEC say so), it is refused; not listed, it is tried (the
+    # namespace has no route to it: upstream_unreachable).
+    addr = "2a00:1:64::a9fe:a9fe"
+    ranges = ["default", "2a00:1:64::/96"] if listed else None
+    w = world({"nsp.test": {"AAAA": [addr]}}, deny_ranges=ranges)
+    r = w.get("nsp.test")
+    assert_refused(w, r, "nsp.test", "private_address" if listed else "upstream_unreachable",
+                   addr)
     assert w.reached() == []
 
 
