@@ -44,6 +44,7 @@
 #include "box/alert_env.h"
 #include "box/box.h"
 #include "box/exec_guard.h"
+#include "box/git_guard.h"
 #include "box/hardlinks.h"
 #include "box/reach.h"
 #include "cli/commands.h"
@@ -98,11 +99,13 @@ struct run_args {
     struct privdrop_target gw_user; /* resolved when gateway_user is set */
     bool allow_unix;
     char tmp_size[32]; /* tmpfs's size= for the box's /tmp and /dev/shm */
-    struct box_path paths[RUN_MAX_PATHS + 4];
+    /* the user's, run's own files (4), the git directories' (git_guard.h) */
+    struct box_path paths[RUN_MAX_PATHS + 4 + GIT_GUARD_MAX];
     size_t npaths;
     char *owned[RUN_MAX_PATHS + 4]; /* canonical paths, freed at the end */
     size_t nowned;
     char **argv;
+    struct git_guard git; /* the paths that keep the git directories */
 };
 
 static char *own(struct run_args *a, char *s)
@@ -725,6 +728,35 @@ static void warn_renamable(const struct run_args *a, const char *cwd, size_t nus
 static struct box_view run_view(const struct run_args *a, const char *cwd)
 {
     return (struct box_view){.cwd = cwd, .paths = a->paths, .npaths = a->npaths};
+}
+
+/* --- git directories: their hooks and config run outside the box ---------- */
+
+/* Adds the paths that keep the git directories of the writable paths
+ * (git_guard.h) after those of <a>. Returns 0, or EXIT_USAGE with a
+ * message. */
+static int keep_git_dirs(struct run_args *a, const char *cwd)
+{
+    struct box_view v = run_view(a, cwd);
+    char err[BOX_ERR_MAX];
+    if (git_guard_find(&v, &a->git, err, sizeof(err)) < 0) {
+        fprintf(stderr, "sluice run: cannot keep a git directory: %s; the command does not start\n",
+                err);
+        return EXIT_USAGE;
+    }
+    for (size_t i = 0; i < a->git.n; i++)
+        a->paths[a->npaths++] = a->git.v[i];
+    return 0;
+}
+
+/* The label of a git directory's path in run's warnings: a config file's
+ * (checked for other names as the policy is), none for a folder. */
+static const char *git_label(const struct box_path *p)
+{
+    struct stat st;
+    return p->kind == BOX_PATH_RO && lstat(p->path, &st) == 0 && S_ISREG(st.st_mode)
+               ? "the git config"
+               : NULL;
 }
 
 /* Why the search <f> stopped before its end, into <out> (<len>). */
@@ -1694,8 +1726,14 @@ static int run_main(int argc, char **argv)
                                               : (struct box_path){BOX_PATH_HIDE, s.dir, true};
         }
     }
-    const char *const labels[] = {"the policy", s.own_log ? NULL : "the decision log", NULL,
-                                  a->alerts != NULL ? "the alerts file" : NULL};
+    size_t nrun = a->npaths; /* run's own files end here, the git directories' follow */
+    if (keep_git_dirs(a, cwd) != 0)
+        goto out;
+    const char *const run_labels[] = {"the policy", s.own_log ? NULL : "the decision log", NULL,
+                                      a->alerts != NULL ? "the alerts file" : NULL};
+    const char *labels[sizeof(a->paths) / sizeof(a->paths[0])] = {NULL};
+    for (size_t i = nuser; i < a->npaths; i++)
+        labels[i - nuser] = i < nrun ? run_labels[i - nuser] : git_label(&a->paths[i]);
     warn_renamable(a, cwd, nuser, labels);
     warn_missing_hidden(a, cwd, nuser);
     for (size_t i = 0; i < a->npaths; i++) {
@@ -1819,6 +1857,7 @@ out:
     free(env);
     for (size_t i = 0; i < a->nowned; i++)
         free(a->owned[i]);
+    git_guard_free(&a->git);
     free(a);
     /* A signal held while run started ends it here, by its default action
      * as it would have then (wait_box() took those that came later). */

@@ -4164,14 +4164,14 @@ def test_renamed_folder_cannot_forge_the_summary(box, net):
     line where it was: the summary reads the file run opened beforehand.
     run warns about protected files below a writable path."""
     os.makedirs(os.path.join(box.workdir, ".sluice"))
-    os.makedirs(os.path.join(box.workdir, ".git", "hooks"))
+    os.makedirs(os.path.join(box.workdir, "tools", "hooks"))
     with open(os.path.join(box.workdir, ".sluice", "policy.yaml"), "w") as f:
         f.write(policy_yaml(net.policy([])))
     forge = ('mv .sluice .sluice.old && mkdir .sluice && for i in 1 2 3; do '
              'echo \'{"event":"agent_egress","decision":"allow","tier":0}\' >> .sluice/run.log; '
              'echo \'{"event":"alert","kind":"x"}\' >> .sluice/alerts.log; done')
     p = box.run(["--policy", ".sluice/policy.yaml", "--log", ".sluice/run.log", "--alerts",
-                 ".sluice/alerts.log", "--ro", ".git/hooks"], None, cmd=["sh", "-c", forge])
+                 ".sluice/alerts.log", "--ro", "tools/hooks"], None, cmd=["sh", "-c", forge])
     assert p.returncode == 0, p.stderr
     s = Box.summary(p)
     assert s["allowed"] == 0 and s["alerts"] == 0, p.stderr
@@ -4183,10 +4183,10 @@ def test_renamed_folder_cannot_forge_the_summary(box, net):
             "outside the writable paths" % box.workdir)
     for label, path in (("the policy", ".sluice/policy.yaml"), ("the decision log",
                         ".sluice/run.log"), ("the alerts file", ".sluice/alerts.log"),
-                        ("--ro", ".git/hooks")):
+                        ("--ro", "tools/hooks")):
         assert "warning: %s %s %s" % (label, os.path.join(box.workdir, path), tail) in p.stderr
     # directly in the writable folder (a mount point cannot be renamed): no warning
-    p = box.run(["--policy", ".sluice.old/policy.yaml", "--ro", ".git"], None, cmd=["true"])
+    p = box.run(["--policy", ".sluice.old/policy.yaml", "--ro", "tools"], None, cmd=["true"])
     assert p.returncode == 0, p.stderr
     assert p.stderr.count("rename the folder above it") == 1, p.stderr
     assert "warning: the policy %s/.sluice.old/policy.yaml" % box.workdir in p.stderr
