@@ -103,19 +103,36 @@ size_t conn_head_limit(const struct conn *c)
  * min(HEAD_DEADLINE_MS, idle_timeout) from its accept, however many such
  * refusals it collects, so that idle or trickling sockets, or a stream of
  * refused requests, cannot hold the global pool; 0 when that is spent. */
+static uint64_t ms_since(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t since = (int64_t)(now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
+    return since > 0 ? (uint64_t)since : 0;
+}
+
 static uint64_t next_head_ms(const struct conn *c)
 {
     uint64_t idle = conn_idle_ms(c);
     if (c->counted_agent != NULL)
         return idle;
     uint64_t cap = idle < HEAD_DEADLINE_MS ? idle : HEAD_DEADLINE_MS;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    int64_t since = (int64_t)(now.tv_sec - c->t_accept.tv_sec) * 1000 +
-                    (now.tv_nsec - c->t_accept.tv_nsec) / 1000000;
-    if (since < 0)
-        since = 0;
-    return (uint64_t)since < cap ? cap - (uint64_t)since : 0;
+    uint64_t since = ms_since(&c->t_accept);
+    return since < cap ? cap - since : 0;
+}
+
+void conn_head_wait_reloaded(struct conn *c)
+{
+    if (c->state != CS_HEAD || c->ex.active || c->head_paused || c->log_waiting ||
+        !evtimer_pending(c->timer, NULL))
+        return;
+    uint64_t left = next_head_ms(c); /* under the policy now in force */
+    if (c->counted_agent != NULL) {
+        uint64_t since = ms_since(&c->t_head_wait);
+        left = since < left ? left - since : 0;
+    }
+    struct timeval tv = timeval_of_ms(left);
+    conn_timer_add(c, &tv); /* 0: on_head_deadline() at the loop's next turn */
 }
 
 struct event *conn_progress_mem(struct conn *c)
@@ -170,6 +187,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     }
     conn_set_client_timeouts(c, false); /* the head deadline times the reading */
     clock_gettime(CLOCK_MONOTONIC, &c->t_accept);
+    c->t_head_wait = c->t_accept;
     struct timeval tv = timeval_of_ms(next_head_ms(c));
     conn_timer_add(c, &tv);
     bufferevent_enable(c->client, EV_READ);
@@ -883,6 +901,7 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
 static void await_head(struct conn *c, uint64_t head_ms)
 {
     struct timeval tv = timeval_of_ms(head_ms);
+    clock_gettime(CLOCK_MONOTONIC, &c->t_head_wait);
     conn_timer_add(c, &tv);
     if (!c->client_ended)
         bufferevent_enable(c->client, EV_READ);

@@ -226,6 +226,7 @@ struct conn {
     char *counted_agent;         /* the agent this connection counts against */
     uint64_t counted_agent_hash; /* its agent_hash() (watch/agent_hash.h) */
     struct timespec t_accept;    /* CLOCK_MONOTONIC: the head deadline counts from it */
+    struct timespec t_head_wait; /* CLOCK_MONOTONIC: when the wait for the next head began */
     struct resolve_req *rreq;
     struct upstream_connect *uc;
     struct bufferevent *up;
@@ -433,6 +434,13 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
  * lines still say of its decision (conn.c, keep_decision()).
  * Not to be called from <c>'s own callbacks. */
 bool conn_redecide(struct conn *c, time_t now);
+/* A reload put another policy in force: a connection waiting for its next
+ * request head (nothing of it decided) is held to that policy's
+ * limits.idle_timeout from when its wait began (a new connection's
+ * min(HEAD_DEADLINE_MS, idle_timeout) from its accept), not to the time it
+ * was given under the policy before: a reload that shortens it closes
+ * connections that have waited longer (at the head deadline's next run). */
+void conn_head_wait_reloaded(struct conn *c);
 uint64_t conn_idle_ms(const struct conn *c);
 /* The largest request head <c> reads: its limits.header_bytes (32 KiB
  * when unset, 16 MiB at most). A head the gateway forwards is held to it

@@ -595,6 +595,8 @@ static int reload_apply(struct gateway *gw, struct policy *p, struct webhook_tls
     quota_reshape_commit(reshape); /* tunnels already open included */
     watch_policy_loaded(gw->watch, p);
     redecide_tunnels(gw); /* before "reloaded": what it says is in force */
+    for (struct conn *c = gw->conns; c != NULL; c = c->next)
+        conn_head_wait_reloaded(c); /* the new idle_timeout for the next heads */
     gw->counters.reloads++;
     fprintf(stderr, "sluice: reloaded %zu rule%s from %s\n", p->nrules, p->nrules == 1 ? "" : "s",
             shown);

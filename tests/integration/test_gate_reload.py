@@ -17,8 +17,8 @@ import urllib.request
 import pytest
 
 from conftest import API_IP, DEAD_IP, policy_yaml
-from gate_client import (api_rule, connect, fd_named, fifo_write_end, open_conn, other_rule,
-                         other_url, poll, read_head, read_response, recv_line, request, utc_today)
+from gate_client import (api_rule, build_request, connect, fd_named, fifo_write_end, open_conn,
+                         other_rule, other_url, poll, read_head, read_response, recv_line, request, utc_today)
 from gate_servers import BannerServer, EchoServer, FullListener, ScriptedUpstream
 from watch_helpers import free_tcp_port
 
@@ -1438,6 +1438,26 @@ def test_a_kept_connection_to_an_address_a_reload_no_longer_allows_is_not_reused
     ev, end = gw.decided(path="/k2")
     assert (ev["decision"], ev["reason"], ev["ip"]) == ("deny", "private_address", up.IP), ev
     assert end["status"] == 403 and end["bytes_up"] == 0, end
+
+
+def test_a_reload_that_shortens_idle_timeout_holds_kept_connections_to_it(gateway, net):
+    # A kept connection waiting for its next request head is held to the
+    # idle_timeout of the policy in force, counted from when its wait
+    # began: a reload that takes it from 1h to 1s closes one that has been
+    # waiting longer (before, it stayed open for the old hour: the timer
+    # armed under the old policy ran on).
+    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "1h"}))
+    idle = open_conn(gw)
+    idle.sendall(build_request("GET", net.url("/first")))
+    assert read_response(idle).status == 200
+    gw.write_policy(policy_yaml(net.policy([api_rule(net)], limits={"idle_timeout": "1s"})))
+    gw.reload()
+    poll(lambda: "sluice: reloaded" in gw.stderr(), timeout=RELOAD_WAIT_S, what="the reload")
+    idle.settimeout(30)
+    assert idle.recv(1) == b"", "the kept connection was not closed"
+    idle.close()
+    # a new connection is served under the new policy
+    assert request(gw, "GET", net.url("/after")).status == 200
 
 
 def test_a_kept_connection_is_reused_after_a_reload_that_still_allows_its_address(gateway, net):
