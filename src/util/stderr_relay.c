@@ -58,6 +58,11 @@ static struct {
     FILE *std;     /* the stderr the process had */
     FILE *relayed; /* the stream that replaced it */
     pthread_t thread;
+    /* The thread has not ended: from its start to its return, also once a
+     * stop that timed out left it (blocked in a write to <orig>, reading
+     * <rd> as it loops): no new relay may start meanwhile, whose pipe and
+     * standard error it would take as its own. */
+    atomic_bool live;
     _Atomic uint64_t dropped;
     uint64_t told; /* <dropped> when the thread starts: told by the one before */
     /* A line cut short: the pipe took its start, the rest was dropped.
@@ -269,6 +274,7 @@ static void *relay_thread(void *arg)
     if (!line_start && (atomic_load(&R.owe) || atomic_load(&R.dropped) != told))
         (void)write_all(R.orig, "\n", 1);
     tell_drops(&told);
+    atomic_store(&R.live, false);
     return NULL;
 }
 
@@ -355,6 +361,12 @@ int stderr_relay_start(char *err, size_t errlen)
     int p[2] = {-1, -1};
     if (R.running)
         return 0;
+    if (atomic_load(&R.live)) { /* before anything of R changes: the thread's */
+        snprintf(err, errlen,
+                 "standard error relay: the previous relay's thread has not ended (its standard "
+                 "error is not read): not started again");
+        return -1;
+    }
     fflush(stderr);
     R.orig = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
     if (R.orig < 0)
@@ -376,8 +388,10 @@ int stderr_relay_start(char *err, size_t errlen)
     }
     R.rd = p[0];
     R.told = atomic_load(&R.dropped);
+    atomic_store(&R.live, true);
     int e = quiet_thread_create(&R.thread, relay_thread, NULL);
     if (e != 0) {
+        atomic_store(&R.live, false);
         fclose(f);
         R.rd = -1;
         errno = e;

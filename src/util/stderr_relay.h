@@ -33,7 +33,8 @@
 #define STDERR_RELAY_STOP_MS 2000
 
 /* Starts the relay. Returns 0, or -1 with a message in <err> and standard
- * error left as it was (then writes to it may block, as before). An exit()
+ * error left as it was (then writes to it may block, as before); -1 too
+ * while the thread of a relay whose stop timed out still lives. An exit()
  * while it runs (a fatal error) gives the thread STDERR_RELAY_STOP_MS to
  * copy what it holds, as stderr_relay_stop() does (an atexit handler). */
 int stderr_relay_start(char *err, size_t errlen);

@@ -576,6 +576,45 @@ static void test_abort_copies_the_last_message(void **state)
     assert_non_null(strstr(got, "malloc(): corrupted top size\n"));
 }
 
+/* A stop that timed out (standard error not read) leaves the thread
+ * blocked in its write, with the relay's descriptors. A start after it
+ * must not begin while that thread lives: the thread reads R.rd and
+ * writes R.orig as it loops, and would have taken the new relay's pipe
+ * and standard error as its own (two threads on one pipe and one buffer).
+ * It fails, naming why, and leaves standard error as it was. */
+static void test_no_start_while_a_stopped_thread_lives(void **state)
+{
+    (void)state;
+    int p[2], res[2];
+    assert_int_equal(pipe2(res, O_CLOEXEC), 0);
+    pid_t pid = fork_with_pipe(p);
+    if (pid == 0) {
+        close(res[0]);
+        fill_small_pipe(p[1]);
+        child_relays_to(p[1]);
+        fprintf(stderr, "sluice: a line the full standard error holds up\n");
+        stderr_relay_stop(50); /* times out: nobody reads p[0] */
+        char err[256] = "";
+        int rc = stderr_relay_start(err, sizeof(err));
+        int code = rc == 0                                    ? 1
+                   : strstr(err, "has not ended") == NULL     ? 2
+                   : stderr_relay_original() != STDERR_FILENO ? 3
+                                                              : 0;
+        ssize_t w = write(res[1], err, strlen(err)); /* descriptor 2 is full */
+        (void)w;
+        _exit(code);
+    }
+    close(p[1]);
+    close(res[1]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid); /* p[0] unread until then */
+    char err[256];
+    read_to_end(res[0], err, sizeof(err));
+    close(p[0]);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("child status %d, start said: %s", st, err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -587,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_stop_waits_on_a_steady_clock),
         cmocka_unit_test(test_exit_copies_the_last_message),
         cmocka_unit_test(test_abort_copies_the_last_message),
+        cmocka_unit_test(test_no_start_while_a_stopped_thread_lives),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
