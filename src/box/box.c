@@ -273,6 +273,24 @@ static int give_written_file(const struct box_config *cfg, int fd, int flags, co
     return -1;
 }
 
+/* Standard output or error a unix stream socket that run copies into
+ * (<cfg->std_relay>, std_relay.c: standard error, and output when it is
+ * that socket): held by the command, its shutdown() would shut the socket
+ * for run too, whose summary came after. The descriptor becomes run's
+ * pipe; one run has no pipe for passes as it came. Returns 0, or -1 with
+ * a message in <err>. */
+static int give_socket_pipe(const struct box_config *cfg, int fd, char *err, size_t errlen)
+{
+    int p = cfg->std_relay != NULL && fd != STDIN_FILENO ? cfg->std_relay->box_end[fd] : -1;
+    if (p < 0 || dup2(p, fd) == fd) /* dup2() clears close-on-exec on <fd> */
+        return 0;
+    snprintf(err, errlen,
+             "standard %s is a unix stream socket, and run's pipe could not take its place "
+             "(dup2: %s): the command could shut the socket down under run's own messages",
+             std_names[fd], strerror(errno));
+    return -1;
+}
+
 /* Into <why>, why a standard file (a directory: <dir>) could not be
  * opened again in the box by its path: the box does not show it there
  * (<open_err> 0), or its user cannot reach it there (<open_err> the errno
@@ -379,6 +397,8 @@ static int reopen_std_files(const struct box_config *cfg, char *err, size_t errl
             continue;
         bool dir = S_ISDIR(st.st_mode);
         bool written = (flags & O_ACCMODE) != O_RDONLY;
+        if (S_ISSOCK(st.st_mode) && give_socket_pipe(cfg, fd, err, errlen) < 0)
+            return -1;
         if (S_ISREG(st.st_mode) && written) {
             if (give_written_file(cfg, fd, flags, &st, err, errlen) < 0)
                 return -1;

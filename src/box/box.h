@@ -77,6 +77,13 @@ struct box_std_relay {
      * held outside the box (1, 2), a read from it failed (0): its pipe is
      * closed; kept once the relay is closed */
     bool failed[3];
+    /* Standard error a unix stream socket (1 too when it is that socket):
+     * written with send(MSG_DONTWAIT), what the socket has not taken yet
+     * held in <held> ([<held_at>, <held_len>) of BOX_STD_HELD bytes), run
+     * then waiting for room with poll(), never in the write; NULL for a
+     * file, written with write(). */
+    char *held[3];
+    size_t held_at[3], held_len[3];
     off_t at;              /* where run starts reading standard input's file */
     struct std_feed *feed; /* the thread that reads it (std_relay.c), once started */
 };
@@ -172,15 +179,18 @@ size_t box_fd_path(int fd, char *path, size_t len);
 /* Empties <r>: no pipe. */
 void box_std_relay_init(struct box_std_relay *r);
 /* Makes a pipe for each of descriptors 1 and 2 that is a regular file
- * open for writing, one for both when they are one open file description,
- * and one for descriptor 0 when it is a regular file open for reading only
+ * open for writing, for descriptor 2 when it is a unix stream socket (the
+ * command's shutdown() of it would shut it for run's own summary too), one
+ * for both when they are one open file description, and one for
+ * descriptor 0 when it is a regular file open for reading only
  * (with exec_end). Returns 0, or -1 with a message in <err> (nothing left
  * open). */
 int box_std_relay_open(struct box_std_relay *r, char *err, size_t errlen);
 /* Once the box is spawned: closes run's copies of the box's ends. */
 void box_std_relay_spawned(struct box_std_relay *r);
 /* Fills <p> (room for 3) with what run waits on: the output pipes still
- * open, and exec_end until the command is executed. Returns how many. */
+ * open (a socket for room instead while it holds what the socket has not
+ * taken), and exec_end until the command is executed. Returns how many. */
 size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p);
 /* Copies into the files what poll() found in the pipes of <p>[0, <n>);
  * once exec_end ends (the command executed), starts the thread that fills
@@ -188,8 +198,11 @@ size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p);
  * (else closes it: the file is never read). */
 void box_std_relay_step(struct box_std_relay *r, const struct pollfd *p, size_t n);
 /* How long box_std_relay_finish() waits for a pipe's end once the box has
- * ended: a writer left holds it outside the box. */
+ * ended: a writer left holds it outside the box, or a socket's reader
+ * does not read. */
 #define BOX_STD_FINISH_MS 2000
+/* What run reads from a pipe at once, and holds for a socket. */
+#define BOX_STD_HELD 65536
 /* Once the box has ended: copies what is left, to each pipe's end or for
  * BOX_STD_FINISH_MS at most (told, and kept in <r->failed>), and closes
  * them; standard input's thread is left to end by itself (its pipe has no

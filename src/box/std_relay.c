@@ -17,6 +17,15 @@
  * that are one open file description (kcmp(KCMP_FILE)) share one pipe,
  * which keeps the order of their writes.
  *
+ * Standard error a unix stream socket (a supervisor's socketpair(),
+ * systemd's journal stream), and standard output when it is that socket,
+ * goes through such a pipe too: the command holding the socket could
+ * shutdown() it, which acts on the socket whatever descriptor names it,
+ * and run's summary after it was lost. run sends into it without waiting
+ * (MSG_DONTWAIT), holding what it does not take yet and polling for
+ * room, so that a reader that does not read holds up the command's
+ * writes, never run's loop.
+ *
  * The mirror case: a file given for reading as standard input that the
  * box does not open again at its path (not shown there: hidden, under
  * /tmp; or its user cannot reach or open it there; or opened again but
@@ -55,6 +64,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -72,6 +82,16 @@ static bool written_file(int fd, struct stat *st)
     int flags = fcntl(fd, F_GETFL);
     return flags >= 0 && (flags & O_ACCMODE) != O_RDONLY && fstat(fd, st) == 0 &&
            S_ISREG(st->st_mode);
+}
+
+/* Whether <fd> is a unix stream socket (std_check.c lets no other stream
+ * socket in). */
+static bool stream_socket(int fd, struct stat *st)
+{
+    int type = -1;
+    socklen_t len = sizeof(type);
+    return fstat(fd, st) == 0 && S_ISSOCK(st->st_mode) &&
+           getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
 }
 
 /* Whether descriptors 1 and 2 are one open file description. Where the
@@ -106,6 +126,10 @@ void box_std_relay_init(struct box_std_relay *r)
         r->run_end[fd] = r->box_end[fd] = -1;
     r->exec_end[0] = r->exec_end[1] = -1;
     memset(r->failed, 0, sizeof(r->failed));
+    for (int fd = 0; fd <= 2; fd++) {
+        r->held[fd] = NULL;
+        r->held_at[fd] = r->held_len[fd] = 0;
+    }
     r->at = 0;
     r->feed = NULL;
 }
@@ -149,16 +173,32 @@ int box_std_relay_open(struct box_std_relay *r, char *err, size_t errlen)
     box_std_relay_init(r);
     if (open_input(r, err, errlen) < 0)
         return -1;
+    /* Standard error a unix stream socket (a supervisor's socketpair(),
+     * systemd's journal stream): held by the command, its shutdown() (of
+     * any descriptor naming that socket, standard output too when it is
+     * the same) would shut the socket for run as well, and run's summary
+     * and the gateway's messages were lost. */
+    bool err_socket = stream_socket(STDERR_FILENO, &st[2]);
     for (int fd = 1; fd <= 2; fd++) {
-        if (!written_file(fd, &st[fd]))
+        bool sock =
+            err_socket &&
+            (fd == 2 || (stream_socket(STDOUT_FILENO, &st[1]) && one_description(&st[1], &st[2])));
+        if (!sock && !written_file(fd, &st[fd]))
             continue;
         if (fd == 2 && r->run_end[1] >= 0 && one_description(&st[1], &st[2])) {
             r->box_end[2] = r->box_end[1];
             continue;
         }
         int p[2];
+        char *held = NULL;
+        if (sock && (held = malloc(BOX_STD_HELD)) == NULL) {
+            snprintf(err, errlen, "standard %s: out of memory", names[fd]);
+            box_std_relay_close(r);
+            return -1;
+        }
         if (pipe2(p, O_CLOEXEC) < 0) {
             snprintf(err, errlen, "standard %s: pipe: %s", names[fd], strerror(errno));
+            free(held);
             box_std_relay_close(r);
             return -1;
         }
@@ -166,6 +206,7 @@ int box_std_relay_open(struct box_std_relay *r, char *err, size_t errlen)
         fcntl(p[0], F_SETFL, O_NONBLOCK);
         r->run_end[fd] = p[0];
         r->box_end[fd] = p[1];
+        r->held[fd] = held;
     }
     return 0;
 }
@@ -190,7 +231,9 @@ size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p)
     if (r->exec_end[0] >= 0)
         p[n++] = (struct pollfd){.fd = r->exec_end[0], .events = POLLIN};
     for (int fd = 1; fd <= 2; fd++)
-        if (r->run_end[fd] >= 0)
+        if (r->run_end[fd] >= 0 && r->held_at[fd] < r->held_len[fd])
+            p[n++] = (struct pollfd){.fd = fd, .events = POLLOUT};
+        else if (r->run_end[fd] >= 0)
             p[n++] = (struct pollfd){.fd = r->run_end[fd], .events = POLLIN};
     return n;
 }
@@ -201,6 +244,15 @@ size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p)
  * the command's next write fails (EPIPE), as its write into the file
  * would have, rather than its output being dropped unseen (told on a
  * standard error that may be that same file). */
+static void write_failed(struct box_std_relay *r, int fd, ssize_t w)
+{
+    r->failed[fd] = true;
+    fprintf(stderr,
+            "sluice run: standard %s: write failed: %s; the command's writes there fail "
+            "from now on (broken pipe), its output cut short (run exits 1 if it exits 0)\n",
+            names[fd], w < 0 ? strerror(errno) : "nothing written");
+}
+
 static void put(struct box_std_relay *r, int fd, const char *buf, size_t len)
 {
     while (len > 0 && !r->failed[fd]) {
@@ -208,11 +260,7 @@ static void put(struct box_std_relay *r, int fd, const char *buf, size_t len)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            r->failed[fd] = true;
-            fprintf(stderr,
-                    "sluice run: standard %s: write failed: %s; the command's writes there fail "
-                    "from now on (broken pipe), its output cut short (run exits 1 if it exits 0)\n",
-                    names[fd], w < 0 ? strerror(errno) : "nothing written");
+            write_failed(r, fd, w);
             return;
         }
         buf += w;
@@ -220,13 +268,42 @@ static void put(struct box_std_relay *r, int fd, const char *buf, size_t len)
     }
 }
 
+/* Sends what <r> holds for the socket <fd> as far as it takes it now
+ * (MSG_DONTWAIT: a reader that does not read never holds run's loop, and
+ * no status flag of the caller's description changes). Returns false
+ * while some is still held; a failure is told as put()'s. */
+static bool send_held(struct box_std_relay *r, int fd)
+{
+    while (r->held_at[fd] < r->held_len[fd] && !r->failed[fd]) {
+        ssize_t w = send(fd, r->held[fd] + r->held_at[fd], r->held_len[fd] - r->held_at[fd],
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return false;
+        if (w <= 0)
+            write_failed(r, fd, w);
+        else
+            r->held_at[fd] += (size_t)w;
+    }
+    r->held_at[fd] = r->held_len[fd] = 0;
+    return true;
+}
+
 /* Copies what the pipe of <fd> holds; closes it at its end, or once a
  * write into the file failed. Returns whether it is still open. */
 static bool copy(struct box_std_relay *r, int fd)
 {
-    static char buf[65536];
+    static char buf[BOX_STD_HELD];
     for (;;) {
-        ssize_t n = r->failed[fd] ? 0 : read(r->run_end[fd], buf, sizeof(buf));
+        if (r->held[fd] != NULL && !send_held(r, fd))
+            return true; /* the socket has no room: its POLLOUT next */
+        char *into = r->held[fd] != NULL ? r->held[fd] : buf;
+        ssize_t n = r->failed[fd] ? 0 : read(r->run_end[fd], into, BOX_STD_HELD);
+        if (n > 0 && r->held[fd] != NULL) {
+            r->held_len[fd] = (size_t)n;
+            continue;
+        }
         if (n > 0) {
             put(r, fd, buf, (size_t)n);
             continue;
@@ -373,7 +450,8 @@ void box_std_relay_step(struct box_std_relay *r, const struct pollfd *p, size_t 
                 start_input(r);
         }
         for (int fd = 1; fd <= 2; fd++)
-            if (p[i].revents != 0 && p[i].fd == r->run_end[fd])
+            if (p[i].revents != 0 && r->run_end[fd] >= 0 &&
+                (p[i].fd == r->run_end[fd] || p[i].fd == fd))
                 copy(r, fd);
     }
 }
@@ -400,7 +478,9 @@ void box_std_relay_finish(struct box_std_relay *r)
     for (int fd = 1; fd <= 2; fd++) {
         while (r->run_end[fd] >= 0 && copy(r, fd)) {
             uint64_t now = monotonic_ms();
-            struct pollfd p = {.fd = r->run_end[fd], .events = POLLIN};
+            bool held = r->held_at[fd] < r->held_len[fd];
+            struct pollfd p = held ? (struct pollfd){.fd = fd, .events = POLLOUT}
+                                   : (struct pollfd){.fd = r->run_end[fd], .events = POLLIN};
             int n = now < until ? poll(&p, 1, (int)(until - now)) : 0;
             if (n < 0 && errno != EINTR)
                 break;
@@ -409,12 +489,19 @@ void box_std_relay_finish(struct box_std_relay *r)
                  * never reaches the file: as for a failed write, run's
                  * success would pass for the whole output there. */
                 r->failed[fd] = true;
-                fprintf(stderr,
-                        "sluice run: standard %s: its pipe is still open outside the box %d s "
-                        "after the box ended (the command passed it on): run copies no more of "
-                        "it; writes there fail from now on (broken pipe), the output cut short "
-                        "(run exits 1 if the command exits 0)\n",
-                        names[fd], BOX_STD_FINISH_MS / 1000);
+                if (held)
+                    fprintf(stderr,
+                            "sluice run: standard %s: its reader has not taken the command's "
+                            "output %d s after the box ended: run copies no more of it there, "
+                            "the output cut short (run exits 1 if the command exits 0)\n",
+                            names[fd], BOX_STD_FINISH_MS / 1000);
+                else
+                    fprintf(stderr,
+                            "sluice run: standard %s: its pipe is still open outside the box %d "
+                            "s after the box ended (the command passed it on): run copies no "
+                            "more of it; writes there fail from now on (broken pipe), the output "
+                            "cut short (run exits 1 if the command exits 0)\n",
+                            names[fd], BOX_STD_FINISH_MS / 1000);
                 break;
             }
         }
@@ -440,4 +527,9 @@ void box_std_relay_close(struct box_std_relay *r)
         if (r->exec_end[i] >= 0)
             close(r->exec_end[i]);
     r->exec_end[0] = r->exec_end[1] = -1;
+    for (int fd = 0; fd <= 2; fd++) {
+        free(r->held[fd]);
+        r->held[fd] = NULL;
+        r->held_at[fd] = r->held_len[fd] = 0;
+    }
 }

@@ -10,7 +10,9 @@ import errno
 import json
 import os
 import platform
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -1616,6 +1618,112 @@ def test_a_connected_unix_socket_as_standard_output_works(sluice_bin, proj, kind
     with open(os.path.join(proj, "result.json")) as f:
         o = json.load(f)
     assert o["write"] == "ok" and o["connect"] != "ok", o
+
+
+# Shuts down the socket on descriptor argv[1] (argv[2]: WR or RDWR), after
+# a line on standard error; a pipe there refuses it (ENOTSOCK).
+SHUT_GIVEN = r"""
+import os, socket, sys
+os.write(2, b"before the shutdown\n")
+try:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, os.dup(int(sys.argv[1])))
+    s.shutdown(getattr(socket, "SHUT_" + sys.argv[2]))
+except OSError:
+    pass
+"""
+
+
+@pytest.mark.parametrize("how", ["WR", "RDWR"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_command_that_shuts_down_its_standard_error_socket_leaves_runs_summary(
+        sluice_bin, proj, how, shared):
+    """Standard error a connected unix stream socket (a supervisor's
+    socketpair, systemd's journal stream, standard output too when shared):
+    the command held that socket itself, and its shutdown(2) shut it for
+    run as well (shutdown acts on the socket, not the descriptor), so run's
+    summary, written after the command, was lost. The command now writes
+    through a pipe run copies into the socket, as for a file: its shutdown
+    fails (ENOTSOCK), its line and run's summary arrive."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    fd = 1 if shared else 2
+    try:
+        argv = [sluice_bin, "run", "--policy", _policy(proj), "--", PY, "-c", SHUT_GIVEN,
+                str(fd), how]
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL,
+                           stdout=a if shared else subprocess.DEVNULL, stderr=a, timeout=30,
+                           cwd=proj, env=_clean_env())
+        a.close()
+        b.settimeout(10)
+        got = b""
+        for _ in range(10000):  # to the end: every holder of <a> is gone
+            d = b.recv(65536)
+            if not d:
+                break
+            got += d
+    finally:
+        a.close()
+        b.close()
+    text = got.decode(errors="replace")
+    for mark in SANITIZER_MARKS:
+        assert mark not in text, text
+    assert p.returncode == 0, text
+    assert "before the shutdown\n" in text, text
+    assert re.search(r"^sluice run: exit 0; ", text, re.M), text
+
+
+# Writes standard error for ever; on SIGTERM leaves a file and exits 0.
+FLOOD_ERR = r"""
+import os, signal
+def term(*a):
+    open("got-term", "w").close()
+    os._exit(0)
+signal.signal(signal.SIGTERM, term)
+chunk = b"x" * 65535 + b"\n"
+while True:
+    os.write(2, chunk)
+"""
+
+
+def test_a_standard_error_socket_not_read_holds_the_command_not_run(sluice_bin, proj):
+    """run copies the command's standard error into a unix stream socket
+    (above) without waiting on it: a reader that stops reading holds up
+    the command's writes, as it did when the command held the socket, and
+    never run's loop, which still passes a signal on to the command. Then,
+    read again, the command's output and run's summary arrive."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    argv = [sluice_bin, "run", "--policy", _policy(proj), "--", PY, "-c", FLOOD_ERR]
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=a,
+                         cwd=proj, env=_clean_env())
+    a.close()
+    got = b""
+    try:
+        b.settimeout(30)
+        got = b.recv(1)  # the command writes; from here on nothing is read
+        time.sleep(1)  # the socket, run's hold and the pipe fill (a wait, not a measure)
+        p.send_signal(signal.SIGTERM)
+        mark = os.path.join(proj, "got-term")
+        for _ in range(200):  # at most 20 s
+            if os.path.exists(mark) or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        passed_on = os.path.exists(mark)
+        for _ in range(100000):  # read again, to the end
+            d = b.recv(1 << 20)
+            if not d:
+                break
+            got += d
+        rc = p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        b.close()
+    text = got.decode(errors="replace")
+    for m in SANITIZER_MARKS:
+        assert m not in text, text[-2000:]
+    assert passed_on, text[-2000:]
+    assert rc == 0, text[-2000:]
+    assert re.search(r"^sluice run: exit 0; ", text, re.M), text[-2000:]
 
 
 @pytest.mark.parametrize("kind", ["datagram", "unconnected"])
