@@ -58,8 +58,9 @@ struct box_path {
     bool optional;    /* a path that does not exist is skipped, not an error */
 };
 
-/* Files given for writing on standard output or error, which the command
- * writes through a pipe, and a file given as standard input, which it
+/* Files given for writing on standard output or error (and standard
+ * error a unix stream socket), which the command writes through a pipe,
+ * and a file given as standard input, which it
  * reads through one (std_relay.c): see box_config.std_relay. */
 struct box_std_relay {
     /* run's end of each pipe, -1 for none: the write end for standard
@@ -108,7 +109,9 @@ struct box_config {
                        * caller's, as execve() would have left it */
     /* the pipes run copies into descriptors 1 and 2 when they are regular
      * files given for writing (box_std_relay_open()): the command gets the
-     * write end unless the box shows that file writable at its path; and
+     * write end unless the box shows that file writable at its path (and
+     * always for standard error a unix stream socket, standard output too
+     * when it is that socket); and
      * the one run fills from descriptor 0 when it is a regular file given
      * for reading: the command gets its read end unless the box shows that
      * file at its path. run's ends are closed in the box at once. NULL:
