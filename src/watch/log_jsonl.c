@@ -194,6 +194,19 @@ err:
     return NULL;
 }
 
+/* Lines past the cap are dropped (the cap reached while lines waited). */
+#define OVER_CAP_TEXT                                                                              \
+    "lines are dropped: the memory they wait in is full (its reader or disk does not keep up)"
+
+/* Lines dropped for want of memory (struct log_jsonl's nomem). */
+#define NOMEM_TEXT "lines are dropped: there is no memory for them"
+
+void log_tell_dropping(const struct log_jsonl *l, bool nomem)
+{
+    fprintf(stderr, "sluice: log %s: %s\n", l->path ? l->path : "(stdout)",
+            nomem ? NOMEM_TEXT : OVER_CAP_TEXT);
+}
+
 /* A line that nothing waits before (<pending> empty, no write armed, no
  * reopen running), written from where it lies: <pending> neither takes a
  * copy of it nor gives one to writev(). Returns true when it is done with:
@@ -221,6 +234,8 @@ static bool write_alone(struct log_jsonl *l, const char *line, size_t n)
     }
     if (evbuffer_add(l->pending, line, n) < 0) {
         l->dropped++; /* its start is out: the rest has nowhere to wait */
+        if (!l->nomem)
+            log_tell_dropping(l, true);
         l->nomem = true;
         return true;
     }
@@ -244,9 +259,14 @@ static void append_line(struct log_jsonl *l, const char *line, size_t n, bool so
         return;
     } else if (evbuffer_get_length(l->pending) + n > l->pending_max) {
         l->dropped++;
-        l->over_cap = l->over_cap || evbuffer_get_length(l->pending) > 0;
+        if (!l->over_cap && evbuffer_get_length(l->pending) > 0) {
+            l->over_cap = true;
+            log_tell_dropping(l, false);
+        }
     } else if (evbuffer_add(l->pending, line, n) < 0) {
         l->dropped++;
+        if (!l->nomem)
+            log_tell_dropping(l, true);
         l->nomem = true;
     } else {
         l->pending_lines++;
@@ -267,13 +287,18 @@ static void count_drop(struct log_jsonl *l)
 {
     if (l->fw == NULL) {
         l->dropped++;
+        if (!l->nomem)
+            log_tell_dropping(l, true);
         l->nomem = true;
         return;
     }
     pthread_mutex_lock(&l->fw->mu);
     l->fw->dropped++;
+    bool tell = !l->fw->nomem;
     l->fw->nomem = true;
     pthread_mutex_unlock(&l->fw->mu);
+    if (tell)
+        log_tell_dropping(l, true);
 }
 
 void log_jsonl_write_line(struct log_jsonl *l, const char *line, size_t n)
@@ -412,13 +437,6 @@ static const char *error_text(bool broken, int e)
 
 /* The open file has no name left (file_writer.unlinked). */
 #define UNLINKED_TEXT "its file was deleted or moved: send SIGHUP to reopen"
-
-/* Lines past the cap are dropped (the cap reached while lines waited). */
-#define OVER_CAP_TEXT                                                                              \
-    "lines are dropped: the memory they wait in is full (its reader or disk does not keep up)"
-
-/* Lines dropped for want of memory (struct log_jsonl's nomem). */
-#define NOMEM_TEXT "lines are dropped: there is no memory for them"
 
 /* A regular file the loop writes (struct log_jsonl's no_writer). */
 #define NO_WRITER_TEXT                                                                             \

@@ -326,6 +326,12 @@ void log_loop_look_unlinked(struct log_jsonl *l);
 const char *log_writer_stuck_text(const struct file_writer *fw);
 
 /* log_jsonl.c */
+/* Tells on standard error that <l> drops lines: past its cap while others
+ * wait (a reader or disk that does not keep up), or, <nomem>, for want of
+ * memory. Called at the first drop of a spell (over_cap or nomem set),
+ * so told once until all that waits is written: /healthz and /metrics
+ * told it, a serve without --admin nobody until its exit. */
+void log_tell_dropping(const struct log_jsonl *l, bool nomem);
 /* Arms the write the last log_drain() (<rc>) calls for: the write event, a
  * retry, or none. */
 void log_schedule(struct log_jsonl *l, int rc);

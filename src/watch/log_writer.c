@@ -218,6 +218,8 @@ static void writer_take(struct log_jsonl *l)
         l->pending_lines += fw->incoming_lines;
     } else {
         fw->dropped += fw->incoming_lines;
+        if (!fw->nomem) /* with <mu>: standard error never blocks (the relay's pipe) */
+            log_tell_dropping(l, true);
         fw->nomem = true;
         evbuffer_drain(fw->incoming, evbuffer_get_length(fw->incoming));
     }
@@ -504,8 +506,11 @@ void log_writer_append(struct log_jsonl *l, const char *line, size_t n)
     size_t have = evbuffer_get_length(fw->incoming) + fw->pub_len - fw->pub_sent;
     bool over = have + n > l->pending_max;
     bool lost = !fw->pub_broken && !over && evbuffer_add(fw->incoming, line, n) < 0;
+    bool tell_over = false, tell_nomem = false;
     if (fw->pub_broken || over || lost) {
         fw->dropped++; /* not numbered: who waits for it waits for the line before */
+        tell_over = !fw->over_cap && over && have > 0;
+        tell_nomem = !fw->nomem && lost;
         fw->over_cap = fw->over_cap || (over && have > 0);
         fw->nomem = fw->nomem || lost;
     } else {
@@ -513,6 +518,8 @@ void log_writer_append(struct log_jsonl *l, const char *line, size_t n)
         numbered = true;
     }
     pthread_mutex_unlock(&fw->mu);
+    if (tell_over || tell_nomem)
+        log_tell_dropping(l, tell_nomem);
     if (!numbered)
         return;
     fw->handed++;

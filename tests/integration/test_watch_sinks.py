@@ -1286,6 +1286,10 @@ def _healthz(admin):
         return e.code, e.read()
 
 
+DROPS_TOLD = (b"sluice: log (stdout): lines are dropped: the memory they wait in is full (its "
+              b"reader or disk does not keep up)\n")
+
+
 def test_a_log_whose_reader_does_not_keep_up_is_unhealthy_while_lines_are_dropped(
         sluice_bin, net, tmp_path):
     # `--log -` into a pipe whose reader stopped reading (a stalled log
@@ -1316,6 +1320,9 @@ def test_a_log_whose_reader_does_not_keep_up_is_unhealthy_while_lines_are_droppe
         assert _healthz(admin) == (503, b"unhealthy: decisions log: lines are dropped: the "
                                         b"memory they wait in is full (its reader or disk does "
                                         b"not keep up)\n")
+        # and standard error says so, once a spell (a serve without --admin told no one)
+        poll(lambda: DROPS_TOLD in (tmp_path / "err").read_bytes(), timeout=10,
+             what="the drops to be told on standard error")
         # the reader comes back: once the backlog is out, healthy again
         reader = threading.Thread(target=lambda: drained.append(p.stdout.read()), daemon=True)
         reader.start()
@@ -1330,6 +1337,7 @@ def test_a_log_whose_reader_does_not_keep_up_is_unhealthy_while_lines_are_droppe
             p.wait()
     lines = drained[0].split(b"\n")[:-1]
     assert all(json.loads(line)["event"].startswith("agent_egress") for line in lines)
+    assert (tmp_path / "err").read_bytes().count(DROPS_TOLD) == 1
 
 
 def _serve_with_stdout(sluice_bin, net, tmp_path, log, stdout, stderr):

@@ -28,6 +28,8 @@
 #include <event2/event.h>
 #include <jansson.h>
 
+#include "stderr_capture.h"
+
 /* A write's pieces measured (writev_longest, writev_mid_line). */
 static void measure_write(const struct iovec *iov, size_t n);
 /* The unit's writev() calls, counted (counted_writev, below). */
@@ -1626,6 +1628,80 @@ static void test_pending_cap_and_flush(void **state)
     event_base_free(base);
 }
 
+/* How many times <said> holds <what>. */
+static int times_said(const char *said, const char *what)
+{
+    int n = 0;
+    for (const char *p = said; (p = strstr(p, what)) != NULL; p += strlen(what))
+        n++;
+    return n;
+}
+
+/* Lines dropped past the cap (a stalled log shipper on `--log -`, a file
+ * that does not take its writes) are told on standard error at the first
+ * drop of a spell, once until all that waited is written, on the loop's
+ * pipe and on a file's writer alike: /healthz and /metrics told them, a
+ * serve without --admin nobody until its exit. */
+static void test_drops_are_told_on_stderr_once_a_spell(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct egress_event ev = spec_egress();
+    const size_t line = strlen(spec_line1);
+    static char said[8192];
+    struct stderr_capture cap;
+    const char told[] = "sluice: log (stdout): " OVER_CAP_TEXT "\n";
+
+    /* a pipe nobody reads: its lines wait on the loop */
+    int rd;
+    struct log_jsonl *l = open_on_pipe(base, &rd);
+    log_jsonl_set_pending_max(l, 10 * line);
+    stderr_capture_begin(&cap);
+    for (int spell = 0; spell < 2; spell++) {
+        for (int i = 0; i < 100000 && log_jsonl_dropped(l) < 5 * (uint64_t)(spell + 1); i++)
+            log_jsonl_on_event(&ev, l);
+        /* the reader takes all that waits: the spell ends */
+        assert_int_equal(fcntl(rd, F_SETFL, O_NONBLOCK), 0);
+        char buf[65536];
+        for (int i = 0; i < 1000 && log_jsonl_flush(l, 10) != 0; i++)
+            while (read(rd, buf, sizeof(buf)) > 0)
+                ;
+        assert_null(log_jsonl_error(l));
+    }
+    stderr_capture_end(&cap, said, sizeof(said));
+    assert_int_equal(times_said(said, told), 2);
+    log_jsonl_set_pending_max(l, 0);
+    log_jsonl_close(l);
+    close(rd);
+
+    /* a file whose write waits in the kernel: its writer thread's */
+    char path[128];
+    int gate, entered;
+    char b;
+    l = open_gated(base, "told.jsonl", path, sizeof(path), &gate, &entered);
+    log_jsonl_on_event(&ev, l);
+    event_base_loop(base, EVLOOP_NONBLOCK);    /* handed over */
+    assert_int_equal(read(entered, &b, 1), 1); /* the thread waits in writev() */
+    log_jsonl_set_pending_max(l, 3 * line);
+    stderr_capture_begin(&cap);
+    for (int i = 0; i < 6; i++)
+        log_jsonl_on_event(&ev, l);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    stderr_capture_end(&cap, said, sizeof(said));
+    assert_int_equal(log_jsonl_dropped(l), 4);
+    char file_told[256];
+    snprintf(file_told, sizeof(file_told), "sluice: log %s: " OVER_CAP_TEXT "\n", path);
+    assert_int_equal(times_said(said, file_told), 1);
+    close(gate); /* the write returns */
+    assert_int_equal(log_jsonl_flush(l, 10000), 0);
+    log_jsonl_set_pending_max(l, 0);
+    log_jsonl_close(l);
+    writev_gate_fd = writev_entered_fd = -1;
+    close(entered);
+    unlink(path);
+    event_base_free(base);
+}
+
 static void test_reader_gone(void **state)
 {
     (void)state;
@@ -2164,6 +2240,7 @@ int main(void)
         cmocka_unit_test(test_pipe_gets_whole_lines_up_to_pipe_buf),
         cmocka_unit_test(test_socket_gets_whole_lines_up_to_pipe_buf),
         cmocka_unit_test(test_pending_cap_and_flush),
+        cmocka_unit_test(test_drops_are_told_on_stderr_once_a_spell),
         cmocka_unit_test(test_no_links),
         cmocka_unit_test(test_reader_gone),
         cmocka_unit_test(test_fifo_reader_that_comes_back),
