@@ -28,7 +28,7 @@ static void report(struct log_jsonl *l, const char *what, int e)
     if (l->reported)
         return;
     l->reported = true;
-    fprintf(stderr, "sluice: log %s: %s: %s\n", l->path ? l->path : "(stdout)", what, strerror(e));
+    fprintf(stderr, "sluice: log %s: %s: %s\n", l->shown, what, strerror(e));
 }
 
 /* The length of the complete lines in the first <n> bytes of <b> (up to

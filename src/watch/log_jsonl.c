@@ -147,6 +147,11 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsi
     l->pending_max = LOG_JSONL_PENDING_MAX;
     if (!std && (l->path = strdup(path)) == NULL)
         goto nomem;
+    const char *name = std ? "(stdout)" : path;
+    size_t shown_cap = 4 * strlen(name) + 1; /* each byte \ooo at most */
+    if ((l->shown = malloc(shown_cap)) == NULL)
+        goto nomem;
+    text_shown_into(l->shown, shown_cap, name);
     if ((l->pending = evbuffer_new()) == NULL)
         goto nomem;
     l->fd = std ? log_fd_open_inherited(STDOUT_FILENO, true) : log_fd_open_path(l->path, l->flags);
@@ -189,6 +194,7 @@ err:
         if (l->retry != NULL)
             event_free(l->retry);
         free(l->path);
+        free(l->shown);
         free(l);
     }
     return NULL;
@@ -203,8 +209,7 @@ err:
 
 void log_tell_dropping(const struct log_jsonl *l, bool nomem)
 {
-    fprintf(stderr, "sluice: log %s: %s\n", l->path ? l->path : "(stdout)",
-            nomem ? NOMEM_TEXT : OVER_CAP_TEXT);
+    fprintf(stderr, "sluice: log %s: %s\n", l->shown, nomem ? NOMEM_TEXT : OVER_CAP_TEXT);
 }
 
 /* A line that nothing waits before (<pending> empty, no write armed, no
@@ -395,6 +400,7 @@ void log_free(struct log_jsonl *l)
     if (l->fd >= 0)
         close(l->fd);
     free(l->path);
+    free(l->shown);
     free(l);
 }
 
@@ -498,7 +504,7 @@ uint64_t log_jsonl_close(struct log_jsonl *l)
         if (done) {
             log_reopen_finish(l);
         } else {
-            fprintf(stderr, "sluice: log %s: the reopen is still waiting for open()\n", l->path);
+            fprintf(stderr, "sluice: log %s: the reopen is still waiting for open()\n", l->shown);
             l->job = NULL;
             l->fd = -1;
         }
@@ -514,15 +520,14 @@ uint64_t log_jsonl_close(struct log_jsonl *l)
     if (evbuffer_get_length(l->pending) > 0) {
         size_t bytes = log_jsonl_pending_bytes(l);
         size_t lines = l->pending_lines;
-        fprintf(stderr, "sluice: log %s: %zu line(s) (%zu bytes) not written at exit\n",
-                l->path ? l->path : "(stdout)", lines, bytes);
+        fprintf(stderr, "sluice: log %s: %zu line(s) (%zu bytes) not written at exit\n", l->shown,
+                lines, bytes);
         l->dropped += lines;
         l->pending_lines = 0;
     }
     uint64_t lost = l->dropped;
     if (lost > 0)
-        fprintf(stderr, "sluice: log %s: %" PRIu64 " line(s) dropped in all\n",
-                l->path ? l->path : "(stdout)", lost);
+        fprintf(stderr, "sluice: log %s: %" PRIu64 " line(s) dropped in all\n", l->shown, lost);
     log_free(l);
     return lost;
 }

@@ -195,7 +195,12 @@ struct log_jsonl {
     struct event_base *base;
     struct file_writer *fw; /* the writer thread (a regular file), or NULL */
     char *path;             /* NULL for standard output */
-    unsigned flags;         /* LOG_JSONL_NO_LINKS */
+    /* What messages name it by: the path with its control characters
+     * shown \ooo (text_shown_into()), as the open's refusal shows it, so
+     * that a path holding a line end writes no line of its own on standard
+     * error; "(stdout)" for standard output. */
+    char *shown;
+    unsigned flags; /* LOG_JSONL_NO_LINKS */
     int fd;
     bool is_sock;  /* write with send(MSG_DONTWAIT), PIPE_BUF at most at a time (pipe_piece) */
     bool is_pipe;  /* a pipe or FIFO: written PIPE_BUF at most at a time (pipe_piece) */

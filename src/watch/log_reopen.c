@@ -40,7 +40,7 @@ static int reopen_apply(struct log_jsonl *l, int fd, const struct fd_kind *kind,
     l->reported = false;
     l->write_errno = 0;
     if (log_make_event(l, kind) < 0) {
-        fprintf(stderr, "sluice: log %s: out of memory\n", l->path);
+        fprintf(stderr, "sluice: log %s: out of memory\n", l->shown);
         return -1;
     }
     /* A regular file now (the path named a FIFO before): its thread. */
@@ -54,7 +54,7 @@ static int reopen_apply(struct log_jsonl *l, int fd, const struct fd_kind *kind,
                 "sluice: log %s: its writer thread cannot be started (%s): the event loop "
                 "writes it, and a file system that does not answer stops the gateway (send "
                 "SIGHUP to try again)\n",
-                l->path, strerror(l->no_writer));
+                l->shown, strerror(l->no_writer));
     }
     if (l->fw == NULL)
         log_schedule(l, log_drain(l));
@@ -74,7 +74,7 @@ int log_jsonl_reopen(struct log_jsonl *l)
     int fd = log_fd_open_path(l->path, l->flags);
     if (fd < 0) {
         int e = errno;
-        fprintf(stderr, "sluice: log %s: %s: %s\n", l->path,
+        fprintf(stderr, "sluice: log %s: %s: %s\n", l->shown,
                 log_fd_open_failure(l->path, l->flags, e, true), strerror(e));
         return -1;
     }
@@ -120,7 +120,7 @@ void log_reopen_finish(struct log_jsonl *l)
     l->job = NULL;
     event_free(j->ev);
     if (j->new_fd < 0) {
-        fprintf(stderr, "sluice: log %s: %s: %s\n", l->path, j->why, strerror(j->err));
+        fprintf(stderr, "sluice: log %s: %s: %s\n", l->shown, j->why, strerror(j->err));
         if (l->reopen_fail_msg != NULL)
             fputs(l->reopen_fail_msg, stderr);
         j->old_fd = -1; /* still l->fd, in use again */
@@ -210,7 +210,7 @@ void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg)
     fprintf(stderr,
             "sluice: log %s: cannot reopen (its open's thread cannot be started): %s; the "
             "descriptor in use is kept\n",
-            l->path, strerror(e));
+            l->shown, strerror(e));
     if (fail_msg != NULL)
         fputs(fail_msg, stderr);
 }

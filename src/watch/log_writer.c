@@ -123,7 +123,7 @@ static int writer_reopen(struct log_jsonl *l, const char *fail_msg)
     int fd = log_fd_open_path(l->path, l->flags);
     if (fd < 0) {
         int e = errno;
-        fprintf(stderr, "sluice: log %s: %s: %s\n", l->path,
+        fprintf(stderr, "sluice: log %s: %s: %s\n", l->shown,
                 log_fd_open_failure(l->path, l->flags, e, true), strerror(e));
         if (fail_msg != NULL)
             fputs(fail_msg, stderr);
@@ -167,7 +167,7 @@ static void tell_unlinked(const struct log_jsonl *l)
     fprintf(stderr,
             "sluice: log %s: its file was deleted or moved: its lines go to a file no name "
             "reaches (send SIGHUP to reopen the path)\n",
-            l->path);
+            l->shown);
 }
 
 /* After a write, without <mu>: whether the open file has lost its last
@@ -601,7 +601,7 @@ bool log_writer_close(struct log_jsonl *l, uint64_t *lost)
         return true;
     }
     /* Stuck in the kernel: the log becomes the thread's. */
-    const char *name = l->path ? l->path : "(stdout)";
+    const char *name = l->shown;
     if (fw->busy == WB_REOPEN)
         fprintf(stderr, "sluice: log %s: the reopen is still waiting for open()\n", name);
     else

@@ -1702,6 +1702,38 @@ static void test_drops_are_told_on_stderr_once_a_spell(void **state)
     event_base_free(base);
 }
 
+/* The messages a log tells on standard error show its path as the open's
+ * refusal does, each control character \ooo: a path holding a line end
+ * (a name an operator's template made) wrote a line of its own there, a
+ * "sluice: ..." line no one said. Here a link so named to /dev/full: its
+ * failed write, its lines dropped past the cap, those not written at exit. */
+static void test_messages_show_the_path_escaped(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[256], said[8192];
+    snprintf(path, sizeof(path), "%s/full\nsluice: forged", tmpdir);
+    (void)unlink(path);
+    assert_int_equal(symlink("/dev/full", path), 0);
+    char *err = NULL;
+    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
+    assert_non_null(l);
+    struct egress_event ev = spec_egress();
+    struct stderr_capture cap;
+    stderr_capture_begin(&cap);
+    log_jsonl_set_pending_max(l, 2 * strlen(spec_line1));
+    for (int i = 0; i < 3; i++)
+        log_jsonl_on_event(&ev, l);
+    log_jsonl_close(l);
+    stderr_capture_end(&cap, said, sizeof(said));
+    assert_null(strstr(said, "\nsluice: forged"));
+    assert_non_null(strstr(said, "full\\012sluice: forged: write failed: "));
+    assert_non_null(strstr(said, "full\\012sluice: forged: lines are dropped"));
+    assert_non_null(strstr(said, "full\\012sluice: forged: 2 line(s)"));
+    assert_int_equal(unlink(path), 0);
+    event_base_free(base);
+}
+
 static void test_reader_gone(void **state)
 {
     (void)state;
@@ -2241,6 +2273,7 @@ int main(void)
         cmocka_unit_test(test_socket_gets_whole_lines_up_to_pipe_buf),
         cmocka_unit_test(test_pending_cap_and_flush),
         cmocka_unit_test(test_drops_are_told_on_stderr_once_a_spell),
+        cmocka_unit_test(test_messages_show_the_path_escaped),
         cmocka_unit_test(test_no_links),
         cmocka_unit_test(test_reader_gone),
         cmocka_unit_test(test_fifo_reader_that_comes_back),
