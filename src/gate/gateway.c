@@ -908,6 +908,7 @@ static void on_log_written(void *arg)
 static void gateway_gauges(void *arg, struct metrics_gauges *g)
 {
     const struct gateway *gw = arg;
+    g->stopping = gw->stopping;
     g->open_connections = gw->nconns;
     g->open_tunnels = 0;
     for (const struct conn *c = gw->conns; c != NULL; c = c->next)

@@ -332,6 +332,15 @@ bool metrics_health(struct metrics *m, char *why, size_t cap)
     struct metrics_gauges g = {0};
     if (m->gauges != NULL)
         m->gauges(m->garg, &g);
+    if (g.stopping) {
+        /* The admin server answers until the stop's very end (--grace,
+         * then the sinks' drain): a load balancer must hear that no new
+         * client is taken. Before, "ok" for all of it. */
+        snprintf(why, cap,
+                 "stopping: new connections are refused; the requests in flight "
+                 "finish within --grace");
+        return false;
+    }
     for (size_t i = 0; i < g.nlogs; i++) {
         if (g.logs[i].error != NULL) {
             snprintf(why, cap, "%s log: %s", g.logs[i].name, g.logs[i].error);

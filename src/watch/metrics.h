@@ -25,8 +25,9 @@
  *   sluice_log_writable{log}, sluice_log_pending_bytes{log}  gauges
  *   sluice_log_dropped_lines_total{log}                   counter
  *     (log: decisions, and alerts when they have a file of their own)
- * metrics_health() tells /healthz whether every log can be written, the
- * state store commits and the exec sinks run.
+ * metrics_health() tells /healthz whether the gateway is not stopping,
+ * every log can be written, the state store commits and the exec sinks
+ * run.
  * tier is "0".."3" or "none"; reason is "none" for an allowed request.
  * The --admin server that answers /metrics and /healthz is admin.h's.
  *
@@ -82,6 +83,7 @@ struct metrics_gauges {
                                 * with the store (store_opener_waits_for_predecessor()):
                                 * healthy, named in /healthz's "ok" */
     const char *exec_off;      /* why the policy's exec sinks get no alert, or NULL */
+    bool stopping;             /* a stop began (SIGTERM, SIGINT): the listeners are closed */
 };
 typedef void (*metrics_gauges_fn)(void *arg, struct metrics_gauges *g);
 /* Extra lines a scrape appends (the watch module's sink queues); 0, or -1
@@ -115,9 +117,10 @@ int metrics_format(struct metrics *m, struct evbuffer *out);
  * escaped as the text format wants (UTF-8 passes as it is). Returns 0, or
  * -1 when out of memory (<b> then holds part of it). */
 int metrics_put_label(struct evbuffer *b, const char *s);
-/* True when every log can be written, the state store (if any) commits
- * and the exec sinks (if any) run; else false, with the first that cannot and why in <why>
- * ("decisions log: No space left on device", "state store: its commits
+/* True when the gateway is not stopping, every log can be written, the
+ * state store (if any) commits and the exec sinks (if any) run; else false,
+ * with the first that cannot and why in <why> ("stopping: new connections
+ * are refused; ...", "decisions log: No space left on device", "state store: its commits
  * fail (the reason is on standard error)": never the store's error text,
  * which may name local paths). When true, <why> is empty, or names what
  * the gateway waits for while healthy (the state_waiting gauge: "state

@@ -9,6 +9,7 @@ import hashlib
 import json
 import random
 import select
+import signal
 import socket
 import ssl
 import struct
@@ -19,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from dns_world import read_question, rr
-from gate_client import recv_line
+from gate_client import connect, poll, recv_line
 
 SOCKET_TIMEOUT = 10.0
 
@@ -466,6 +467,28 @@ class BannerServer(LoopbackServer):
             self.generation += 1
             self.accepted = 0
             self.received = []
+
+
+def stop_holding_a_banner_tunnel(gw, net, timeout=10):
+    """Opens a CONNECT tunnel to net.banner through <gw> (its policy allows
+    banner.example.test), reads the banner, sends the gateway SIGTERM and
+    waits until its listener refuses connections: the gateway is then in
+    its stop, held by the tunnel for --grace. Returns the Tunnel (a 200),
+    whose client ends it with QUIT."""
+    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    assert t.status == 200, t.status
+    t.sock.settimeout(10)
+    assert recv_line(t.sock) == BannerServer.BANNER
+    gw.proc.send_signal(signal.SIGTERM)
+
+    def refused():
+        try:
+            socket.create_connection((gw.host, gw.port), timeout=1).close()
+        except OSError:
+            return True
+        return False
+    poll(refused, timeout=timeout, interval=0.05, what="the listener closed by the stop")
+    return t
 
 
 ECHO_IDLE_GUARD_S = 300  # an echoed connection's quiet time, at most (a hang guard)

@@ -14,7 +14,7 @@ import pytest
 from conftest import policy_yaml
 from gate_client import (api_rule, connect, fd_named, other_rule, other_url, poll, proc_stat,
                          recv_line, request, sched_and_pgid)
-from gate_servers import BannerServer, UpstreamHTTP, free_port
+from gate_servers import BannerServer, UpstreamHTTP, free_port, stop_holding_a_banner_tunnel
 from watch_helpers import Receiver
 
 
@@ -429,23 +429,9 @@ def test_sigterm_exits_0_and_log_complete(gateway, net):
     assert request(gw, "GET", net.url("/a")).status == 200
     assert request(gw, "GET", other_url(net)).status == 403
     assert request(gw, "POST", net.url("/b"), body=b"xyz").status == 200
-    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    # it stops accepting new connections while the tunnel finishes
+    t = stop_holding_a_banner_tunnel(gw, net, timeout=5)
     try:
-        assert t.status == 200
-        t.sock.settimeout(10)
-        got = recv_line(t.sock)
-        assert got == BannerServer.BANNER
-        gw.proc.send_signal(signal.SIGTERM)
-
-        # it stops accepting new connections while the tunnel finishes
-        def refused():
-            try:
-                s = socket.create_connection((gw.host, gw.port), timeout=1)
-            except OSError:
-                return True
-            s.close()
-            return False
-        poll(refused, timeout=5, interval=0.05, what="the listener to close after SIGTERM")
         t.sock.sendall(b"QUIT\r\n")
         rest = b""
         for _ in range(100):

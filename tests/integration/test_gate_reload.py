@@ -19,7 +19,8 @@ import pytest
 from conftest import API_IP, DEAD_IP, policy_yaml
 from gate_client import (api_rule, build_request, connect, fd_named, fifo_write_end, open_conn,
                          other_rule, other_url, poll, read_head, read_response, recv_line, request, utc_today)
-from gate_servers import BannerServer, EchoServer, FullListener, ScriptedUpstream
+from gate_servers import (BannerServer, EchoServer, FullListener, ScriptedUpstream,
+                          stop_holding_a_banner_tunnel)
 from watch_helpers import free_tcp_port
 
 FILLER = 50000  # enough rules that a load takes a visible time
@@ -1716,20 +1717,8 @@ def test_a_sighup_during_the_stop_starts_no_reload(gateway, net, tmp_path):
     mnt.mkdir()
     with FuseFile(str(mnt), policy_yaml(net.policy(rules)).encode(), reads="hold") as fs:
         _policy_on_fuse(gw, fs)
-        t = connect(gw, "banner.example.test:%d" % net.banner.port)
+        t = stop_holding_a_banner_tunnel(gw, net)
         try:
-            assert t.status == 200
-            t.sock.settimeout(10)
-            assert recv_line(t.sock) == BannerServer.BANNER
-            gw.proc.send_signal(signal.SIGTERM)
-
-            def refused():
-                try:
-                    socket.create_connection((gw.host, gw.port), timeout=1).close()
-                except OSError:
-                    return True
-                return False
-            poll(refused, timeout=10, interval=0.05, what="the listener closed by the stop")
             # the SIGHUP's reopen of the log makes a new file: then the
             # signal has been handled (the reload refused before the reopen)
             os.rename(gw.log_path, gw.log_path + ".1")
