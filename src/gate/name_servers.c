@@ -287,3 +287,21 @@ size_t name_servers_same(const struct name_server *old, size_t nold, size_t pref
             return i;
     return 0;
 }
+
+void name_servers_keep_counts(const struct name_server *old, size_t nold, struct name_server *ns,
+                              size_t nns)
+{
+    for (size_t i = 0; i < nns; i++) {
+        size_t nth = 0; /* earlier listings of its address */
+        for (size_t j = 0; j < i; j++)
+            nth += strcmp(ns[j].st.addr, ns[i].st.addr) == 0;
+        for (size_t j = 0; j < nold; j++) {
+            if (strcmp(old[j].st.addr, ns[i].st.addr) != 0 || nth-- > 0)
+                continue;
+            ns[i].st.answers = old[j].st.answers;
+            ns[i].st.timeouts = old[j].st.timeouts;
+            ns[i].st.failures = old[j].st.failures;
+            break;
+        }
+    }
+}

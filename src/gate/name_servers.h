@@ -90,5 +90,12 @@ void name_server_count(struct resolve_server_stats *st, int result);
  * listed; else 0. */
 size_t name_servers_same(const struct name_server *old, size_t nold, size_t pref,
                          const struct name_server *ns, size_t nns);
+/* Gives each of the new servers <ns>, <nns> that the old ones <old>,
+ * <nold> list too the counts of its old self (answers, timeouts,
+ * failures; the Nth listing of an address the Nth's of before), so that a
+ * reload that keeps a server keeps its /metrics counters; the others stay
+ * at 0. */
+void name_servers_keep_counts(const struct name_server *old, size_t nold, struct name_server *ns,
+                              size_t nns);
 
 #endif

@@ -1075,6 +1075,10 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
         r->ns = ns;
         r->nns = nns;
         r->preferred = name_servers_same(old, nold, r->preferred, ns, nns);
+        /* sluice_dns_responses_total is a counter: a server listed again
+         * goes on from its counts (before, adding a second server set the
+         * first's back to 0) */
+        name_servers_keep_counts(old, nold, ns, nns);
         /* The flights go on for the requests already waiting on them, but
          * no later lookup joins them: one whose A the old servers already
          * answered must not answer a lookup made after the change. */

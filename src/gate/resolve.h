@@ -106,8 +106,8 @@ struct resolve_server_stats {
 };
 
 /* Copies the counters of the current servers, in order, into <out> (room
- * for <cap>); returns how many. They start at 0 when a reload changes the
- * servers. */
+ * for <cap>); returns how many. A server a reload adds starts at 0; one it
+ * keeps (its address listed again) keeps its counts. */
 size_t resolver_server_stats(const struct resolver *r, struct resolve_server_stats *out,
                              size_t cap);
 

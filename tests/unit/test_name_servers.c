@@ -142,11 +142,38 @@ static void test_a_server_that_cannot_be_used_is_named_by_its_address(void **sta
     event_base_free(base);
 }
 
+/* A reload that keeps a server keeps its counts (sluice_dns_responses_total
+ * is a counter): the Nth listing of an address takes the Nth's of before;
+ * a new server, or a listing more than before, starts at 0. */
+static void test_a_reload_keeps_the_counts_of_the_servers_it_keeps(void **state)
+{
+    (void)state;
+    struct name_server old[3] = {0}, ns[4] = {0};
+    const char *was[3] = {"127.0.0.1:53", "127.0.0.1:53", "127.0.0.2:53"};
+    const char *is[4] = {"127.0.0.1:53", "127.0.0.3:53", "127.0.0.1:53", "127.0.0.1:53"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(old[i].st.addr, sizeof(old[i].st.addr), "%s", was[i]);
+        old[i].st.answers = 10 * (i + 1);
+        old[i].st.timeouts = 10 * (i + 1) + 1;
+        old[i].st.failures = 10 * (i + 1) + 2;
+    }
+    for (size_t i = 0; i < 4; i++)
+        snprintf(ns[i].st.addr, sizeof(ns[i].st.addr), "%s", is[i]);
+    name_servers_keep_counts(old, 3, ns, 4);
+    const uint64_t answers[4] = {10, 0, 20, 0};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(ns[i].st.answers, answers[i]);
+        assert_int_equal(ns[i].st.timeouts, answers[i] ? answers[i] + 1 : 0);
+        assert_int_equal(ns[i].st.failures, answers[i] ? answers[i] + 2 : 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_server_that_cannot_be_used_is_named_by_its_address),
         cmocka_unit_test(test_a_server_whose_socket_cannot_be_tied_is_not_asked),
+        cmocka_unit_test(test_a_reload_keeps_the_counts_of_the_servers_it_keeps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
