@@ -13,6 +13,7 @@
 #include "gate/gateway.h"
 #include "policy/model.h"
 #include "util/http_date.h"
+#include "util/query.h"
 #include "util/wall_clock.h"
 
 bool max_forwards_ends_here(const struct http_request *req)
@@ -51,10 +52,20 @@ static bool echo_add(struct evbuffer *out, const char *s, size_t n, size_t *len)
     return true;
 }
 
+bool max_forwards_param_is_secret(const char *name, size_t len)
+{
+    for (size_t w = 0; w < sizeof(secret_words) / sizeof(secret_words[0]); w++)
+        if (query_name_holds(name, len, secret_words[w]))
+            return true;
+    return false;
+}
+
 /* The echo of the request line <line> (<n> bytes, its CRLF included): as
- * it came, but the value of a query parameter whose name
- * max_forwards_field_is_secret() names (?api_key=, ?access_token=) left
- * out, its "name=" kept. Returns its length, or -1 out of memory. */
+ * it came, but the value of a query parameter whose name is likely to
+ * hold a secret (max_forwards_param_is_secret(): ?api_key=,
+ * ?access_token=, ?api_%6Bey=) left out, its "name=" kept; parameters
+ * end at '&' or ';', as a server splits them (util/query.h). Returns its
+ * length, or -1 out of memory. */
 static ssize_t echo_request_line(const char *line, size_t n, struct evbuffer *out)
 {
     size_t len = 0;
@@ -69,15 +80,17 @@ static ssize_t echo_request_line(const char *line, size_t n, struct evbuffer *ou
     if (!echo_add(out, line, (size_t)(at - line), &len))
         return -1;
     while (at < end - 1) { /* end - 1: the space */
-        const char *amp = memchr(at, '&', (size_t)(end - 1 - at));
-        const char *stop = amp != NULL ? amp : end - 1;
+        const char *stop = at;
+        while (stop < end - 1 && !query_is_separator(*stop))
+            stop++;
         const char *eq = memchr(at, '=', (size_t)(stop - at));
-        size_t keep = eq != NULL && max_forwards_field_is_secret(at, (size_t)(eq - at))
+        size_t keep = eq != NULL && max_forwards_param_is_secret(at, (size_t)(eq - at))
                           ? (size_t)(eq + 1 - at)
                           : (size_t)(stop - at);
-        if (!echo_add(out, at, keep, &len) || (amp != NULL && !echo_add(out, "&", 1, &len)))
+        bool sep = stop < end - 1; /* its separator, as it came */
+        if (!echo_add(out, at, keep, &len) || (sep && !echo_add(out, stop, 1, &len)))
             return -1;
-        at = amp != NULL ? amp + 1 : stop;
+        at = sep ? stop + 1 : stop;
     }
     return echo_add(out, end - 1, (size_t)(line + n - (end - 1)), &len) ? (ssize_t)len : -1;
 }

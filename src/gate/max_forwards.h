@@ -26,8 +26,8 @@ bool max_forwards_ends_here(const struct http_request *req);
  * final recipient: Proxy-Authorization, the agent's secret, and the other
  * hop-by-hop fields, which the writer drops, and those
  * max_forwards_field_is_secret() names, and the value of a query parameter
- * whose name it names ("?api_key=" kept, its value not). Returns 0, or -1
- * out of memory. */
+ * that max_forwards_param_is_secret() names ("?api_key=" kept, its value
+ * not; parameters end at '&' or ';'). Returns 0, or -1 out of memory. */
 int max_forwards_answer(struct conn *c, struct evbuffer *out, bool keep);
 
 /* Whether the field named <name> (<len> bytes) is left out of a TRACE's
@@ -35,5 +35,11 @@ int max_forwards_answer(struct conn *c, struct evbuffer *out, bool keep);
  * "secret", "session", "passw", "credential" or "signature"
  * (Authorization, Cookie, X-Api-Key, X-Auth-Token, Private-Token, ...). */
 bool max_forwards_field_is_secret(const char *name, size_t len);
+
+/* Whether the value of the query parameter named <name> (<len> bytes, as
+ * sent) is left out of a TRACE's echo: its name, decoded as a server
+ * decodes it (util/query.h: "api_%6Bey" is api_key), holds one of those
+ * words, in any case. */
+bool max_forwards_param_is_secret(const char *name, size_t len);
 
 #endif

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "util/hex.h"
+#include "util/query.h"
 
 #define REFUSAL(what)                                                                              \
     "method override (" what ") refused: the origin could run another method than the "            \
@@ -58,20 +58,6 @@ static bool names_other(const char *v, size_t len, const char *method)
     return len != strlen(method) || strncasecmp(v, method, len) != 0;
 }
 
-/* The byte of a query parameter's name (<n>, <len> bytes) at <n>[*i], as
- * a framework decodes it: "%XX" a byte, '+' a space. Moves *i past it. */
-static int param_byte(const char *n, size_t len, size_t *i)
-{
-    int c = (unsigned char)n[*i], hi, lo;
-    if (c == '%' && *i + 2 < len && (hi = hex_digit_value((unsigned char)n[*i + 1])) >= 0 &&
-        (lo = hex_digit_value((unsigned char)n[*i + 2])) >= 0) {
-        *i += 3;
-        return hi * 16 + lo;
-    }
-    *i += 1;
-    return c == '+' ? ' ' : c;
-}
-
 /* True when the parameter name <n> (<len> bytes, percent-encoded as sent)
  * decodes to "_method": frameworks decode names before they look them up,
  * so "%5Fmethod" is one too. And so is every name that PHP makes
@@ -84,13 +70,13 @@ static bool is_param_name(const char *n, size_t len)
     size_t i = 0;
     int c = ' ';
     while (c == ' ' && i < len)
-        c = param_byte(n, len, &i);
+        c = query_name_byte(n, len, &i);
     if (c != '_' && c != '.')
         return false; /* another first byte, or nothing but spaces */
     for (size_t o = 1; o < PARAM_NAME_LEN; o++)
-        if (i == len || param_byte(n, len, &i) != PARAM_NAME[o])
+        if (i == len || query_name_byte(n, len, &i) != PARAM_NAME[o])
             return false;
-    return i == len || param_byte(n, len, &i) == '\0';
+    return i == len || query_name_byte(n, len, &i) == '\0';
 }
 
 /* True when the query of <path> (<len> bytes) holds a _method parameter
@@ -106,7 +92,7 @@ static bool query_overrides(const char *path, size_t len, const char *method)
         end = hash;
     for (const char *p = q + 1; p < end;) {
         const char *e = p;
-        while (e < end && *e != '&' && *e != ';')
+        while (e < end && !query_is_separator(*e))
             e++;
         const char *eq = memchr(p, '=', (size_t)(e - p));
         const char *name_end = eq != NULL ? eq : e;

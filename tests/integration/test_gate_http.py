@@ -1699,6 +1699,19 @@ def test_a_trace_answered_by_the_gateway_echoes_no_credential_of_its_query(gatew
     assert b"\r\n\r\nTRACE /t?q=1&api_key=&Access_Token=&signature=&page=2&token HTTP/1.1\r\n" in raw, raw
 
 
+def test_a_trace_echo_judges_query_names_as_a_server_reads_them(gateway, net):
+    # A server splits a query on ';' as on '&' (Rack, as the _method check
+    # reads it) and decodes a name's "%XX" before it looks it up: ?api_%6Bey=
+    # is its api_key, and "x=1;access_token=" two parameters. The echo judges
+    # the names so: their values left out, their names kept as sent.
+    raw, _ = _trace_answered_by_the_gateway(
+        gateway, net, b"/t?q=1;access_token=s3cret-a&api_%6Bey=s3cret-b&%74oKen=s3cret-c"
+        b";page=2&%zzkey=s3cret-d&x=%6Bey", b"")
+    assert b"s3cret" not in raw, raw
+    assert (b"\r\n\r\nTRACE /t?q=1;access_token=&api_%6Bey=&%74oKen=;page=2&%zzkey=&x=%6Bey "
+            b"HTTP/1.1\r\n") in raw, raw
+
+
 def _field_lines(head):
     """The field lines of the message head <head> (bytes, final CRLF
     included): its lines but the start line and the empty one."""
