@@ -9,7 +9,8 @@
  * other methods. The gateway's answer is a 200 whose Content-Length is its
  * content, and whose Connection says <keep>; an OPTIONS gets no content,
  * a TRACE (message/http) the head it would have sent on, left as it was,
- * but for the fields whose names say they may hold a secret. That echo
+ * but for the fields whose names say they may hold a secret, and the
+ * values of the query parameters whose names do. That echo
  * never reflects more than the head it was given: it parses again as a
  * request (the writer refuses one with more fields than the parser
  * takes), holds no Proxy-Authorization (the agent's
@@ -184,9 +185,45 @@ static void check_echo(const char *e, size_t n, int64_t mf)
     check(n <= req.head_len + req.nheaders + added);
 }
 
+/* Whether <e> (<elen> bytes) starts with the request line <l> (<n> bytes,
+ * its CRLF included) as the echo writes it: its query's parameters (after
+ * the target's first '?', each ended by '&' or ';', kept) as they came, but
+ * one with a '=' whose name max_forwards_param_is_secret() takes, which is
+ * "name=" alone. Returns the length of that line in <e>, or 0. */
+static size_t is_line_echo_of(const char *e, size_t elen, const char *l, size_t n)
+{
+    const char *sp = memchr(l, ' ', n), *end = l + n;
+    while (end > l && end[-1] != ' ')
+        end--; /* past the space before the version */
+    const char *q = sp != NULL ? memchr(sp, '?', (size_t)(end - sp)) : NULL;
+    size_t k = 0;
+    const char *at = l;
+    if (q != NULL && end > q + 1) {
+        for (const char *p = q + 1; p < end - 1;) {
+            const char *stop = p;
+            while (stop < end - 1 && *stop != '&' && *stop != ';')
+                stop++;
+            const char *eq = memchr(p, '=', (size_t)(stop - p));
+            const char *cut =
+                eq != NULL && max_forwards_param_is_secret(p, (size_t)(eq - p)) ? eq + 1 : stop;
+            size_t len = (size_t)(cut - at);
+            if (k + len > elen || memcmp(e + k, at, len) != 0)
+                return 0;
+            k += len;
+            at = stop; /* the separator, or the space, goes on as it came */
+            p = stop < end - 1 ? stop + 1 : stop;
+        }
+    }
+    size_t len = (size_t)(l + n - at);
+    if (k + len > elen || memcmp(e + k, at, len) != 0)
+        return 0;
+    return k + len;
+}
+
 /* Whether <e> (<elen> bytes) is the head <h> (<n> bytes) with the field
  * lines whose names max_forwards_field_is_secret() takes left out (RFC
- * 9110 9.3.8), the others in their order, as they were. */
+ * 9110 9.3.8), the others in their order, as they were, and its request
+ * line's secret query values left out (is_line_echo_of()). */
 static int is_echo_of(const char *e, size_t elen, const char *h, size_t n)
 {
     size_t at = 0, k = 0;
@@ -194,7 +231,15 @@ static int is_echo_of(const char *e, size_t elen, const char *h, size_t n)
         const char *lf = memchr(h + at, '\n', n - at);
         check(lf != NULL);
         size_t len = (size_t)(lf - (h + at)) + 1;
-        const char *colon = line > 0 ? memchr(h + at, ':', len) : NULL;
+        if (line == 0) {
+            size_t got = is_line_echo_of(e, elen, h, len);
+            if (got == 0)
+                return 0;
+            k += got;
+            at += len;
+            continue;
+        }
+        const char *colon = memchr(h + at, ':', len);
         if (colon != NULL && max_forwards_field_is_secret(h + at, (size_t)(colon - (h + at)))) {
             at += len;
             continue;
