@@ -460,20 +460,33 @@ static const char *show_webhook(struct load_ctx *c, const char *url)
 
 /* Checks the webhook URL <s> as the sink will parse it (weburl.h), so that
  * `check` refuses what `serve` could not use; warns about http:// off this
- * machine. Every message names the URL by its label. Returns 0 when it
+ * machine. Every message names the URL by its label; one read from a
+ * variable (<ref>, "env:NAME"; NULL for a URL written inline) by that
+ * reference too, and by it alone when the value is no URL: it may be the
+ * secret itself (a token set without its URL, the wrong variable named),
+ * which a label shows whole, or up to its first '/'. Returns 0 when it
  * loads. */
-static int webhook_url(struct load_ctx *c, const struct ynode *v, const char *s)
+static int webhook_url(struct load_ctx *c, const struct ynode *v, const char *s, const char *ref)
 {
     size_t scheme = strncmp(s, "http://", 7) == 0 ? 7 : strncmp(s, "https://", 8) == 0 ? 8 : 0;
     if (scheme == 0 || s[scheme] == '\0' || s[scheme] == '/' || has_space_or_control(s)) {
-        load_err(c, v->line, "webhook needs an http:// or https:// URL, got '%s'",
-                 show_webhook(c, s));
+        if (ref != NULL)
+            load_err(c, v->line,
+                     "webhook %s: environment variable %s does not hold an http:// or https:// "
+                     "URL (its value is not shown: it may be a secret)",
+                     ref, ref + 4);
+        else
+            load_err(c, v->line, "webhook needs an http:// or https:// URL, got '%s'",
+                     show_webhook(c, s));
         return -1;
     }
     struct weburl u;
     const char *why = NULL;
     if (weburl_parse(s, &u, &why) < 0) {
-        load_err(c, v->line, "webhook %s: %s", show_webhook(c, s), why);
+        if (ref != NULL)
+            load_err(c, v->line, "webhook %s (%s): %s", ref, show_webhook(c, s), why);
+        else
+            load_err(c, v->line, "webhook %s: %s", show_webhook(c, s), why);
         return -1;
     }
     if (scheme == 7 && !url_host_is_loopback(u.host, u.host_len))
@@ -542,7 +555,7 @@ static int sink_item(struct load_ctx *c, const struct ynode *it, struct sink *ou
     char *url = NULL; /* the variable's, for env:NAME */
     if (!exec && strncmp(s, "env:", 4) == 0 && (url = webhook_env_url(c, v, s + 4)) == NULL)
         return 0;
-    if (!exec && webhook_url(c, v, url != NULL ? url : s) < 0) {
+    if (!exec && webhook_url(c, v, url != NULL ? url : s, url != NULL ? s : NULL) < 0) {
         free(url);
         return 0;
     }

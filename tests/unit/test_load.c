@@ -1555,10 +1555,21 @@ static void test_webhook_url_from_the_environment(void **state)
          "p.yaml:5: alerts.sinks[0]: webhook: invalid environment variable name 'A-B'"},
     };
     RUN(cases);
-    /* the variable's value is checked as a URL written inline is */
-    setenv("SLUICE_TEST_HOOK", "ftp://127.0.0.1/x", 1);
-    expect_error(yaml, "p.yaml:5: alerts.sinks[0]: webhook needs an http:// or https:// URL, "
-                       "got 'ftp://127.0.0.1/...#be74132f'");
+    /* the variable's value is checked as a URL written inline is, but
+     * never shown when it is none: it may be the secret alone (a token
+     * pasted without its URL, the wrong variable named), which a label
+     * would show whole ("xoxb-1-s3cret", or up to its first '/') */
+    static const char *const not_urls[] = {"ftp://127.0.0.1/x", "xoxb-1-s3cret", "s3cret/x",
+                                           "https://h.example/s3cret\n"};
+    for (size_t i = 0; i < sizeof(not_urls) / sizeof(not_urls[0]); i++) {
+        setenv("SLUICE_TEST_HOOK", not_urls[i], 1);
+        expect_error(yaml, "p.yaml:5: alerts.sinks[0]: webhook env:SLUICE_TEST_HOOK: environment "
+                           "variable SLUICE_TEST_HOOK does not hold an http:// or https:// URL "
+                           "(its value is not shown: it may be a secret)");
+    }
+    setenv("SLUICE_TEST_HOOK", "https://h.example:99999/s3cret", 1);
+    expect_error(yaml, "p.yaml:5: alerts.sinks[0]: webhook env:SLUICE_TEST_HOOK "
+                       "(https://h.example:99999/...#c8ff3094): bad port");
     /* check audits without the secrets: a warning, the sink left out */
     const char *unset = V R "alerts: {sinks: [{webhook: \"env:SLUICE_TEST_UNSET\"}]}\n";
     diag_init(&d, FILE_NAME);
