@@ -255,11 +255,21 @@ static bool psl_lists(const char *name, int section)
 enum name_extra host_name_extra(const char *s, size_t len)
 {
     const char *colon = memchr(s, ':', len);
-    if (colon == NULL)
-        return NAME_EXTRA_NONE;
-    if (len - (size_t)(colon - s) >= 3 && memcmp(colon, "://", 3) == 0)
+    if (colon != NULL && len - (size_t)(colon - s) >= 3 && memcmp(colon, "://", 3) == 0)
         return NAME_EXTRA_URL;
-    if (s[0] != '[' && memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) == NULL)
+    if (len > 0 && s[0] == '[') {
+        /* brackets hold an IPv6 literal (a ':' inside): around a name or
+         * an IPv4 address ("[a.com]", "[a.com]:443") they are a URL's
+         * authority pasted whole */
+        const char *close = memchr(s, ']', len);
+        size_t inner = close != NULL ? (size_t)(close - s) - 1 : len - 1;
+        if (memchr(s + 1, ':', inner) == NULL)
+            return NAME_EXTRA_BRACKETS;
+        if (close != NULL && (size_t)(close - s) + 1 < len && close[1] == ':')
+            return NAME_EXTRA_PORT;
+        return NAME_EXTRA_NONE;
+    }
+    if (colon != NULL && memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) == NULL)
         return NAME_EXTRA_PORT;
     return NAME_EXTRA_NONE;
 }
@@ -289,6 +299,10 @@ int host_pattern_parse(const char *s, struct host_pattern *out, const char **why
     case NAME_EXTRA_PORT:
         w = "a host pattern holds no port: write the name alone (a rule's ports go in ports:, "
             "and deny covers every port)";
+        goto err;
+    case NAME_EXTRA_BRACKETS:
+        w = "brackets hold an IPv6 literal only, and a host pattern holds no port: write the "
+            "name alone";
         goto err;
     case NAME_EXTRA_NONE:
         break;

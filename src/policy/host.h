@@ -81,11 +81,13 @@ struct host_pattern {
 
 /* What a value written where a bare name belongs (a host pattern, a
  * dns.static name) holds besides the name: a URL's "://"
- * (NAME_EXTRA_URL), or a port, one ':' outside brackets (NAME_EXTRA_PORT).
- * A name holds no ':' and an IPv6 literal two or more, or brackets: those
- * are NAME_EXTRA_NONE, left to host_normalise(), whose "invalid IP
- * literal" for the others would name what the value is not. */
-enum name_extra { NAME_EXTRA_NONE, NAME_EXTRA_URL, NAME_EXTRA_PORT };
+ * (NAME_EXTRA_URL), a port, one ':' outside brackets or a ':' after an
+ * IPv6 literal's "]" (NAME_EXTRA_PORT), or brackets around what is no
+ * IPv6 literal, no ':' inside them ("[a.com]", "[a.com]:443":
+ * NAME_EXTRA_BRACKETS). A name holds no ':' and an IPv6 literal two or
+ * more: those are NAME_EXTRA_NONE, left to host_normalise(), whose
+ * "invalid IP literal" for the others would name what the value is not. */
+enum name_extra { NAME_EXTRA_NONE, NAME_EXTRA_URL, NAME_EXTRA_PORT, NAME_EXTRA_BRACKETS };
 enum name_extra host_name_extra(const char *s, size_t len);
 
 /* Validates and normalises a policy host pattern. Rejects "*", globs other

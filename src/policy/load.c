@@ -775,6 +775,15 @@ static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
                  v->str, boolean);
         return;
     }
+    if (load_yaml_number(v)) {
+        /* "owner: 0x1F" or "owner: 1e3" names no one, and YAML tools read
+         * it as 31 or 1000.0: a number, as a boolean above */
+        load_err(c, v->line,
+                 "'%s' is a number to YAML, not a person's name: name the person who signs for "
+                 "the rule (in quotes, if that is what they are called)",
+                 load_show(c, v->str));
+        return;
+    }
     /* null ("owner:") is as blank as "": both say what an owner must be */
     const char *s = v->kind == YNODE_SCALAR && ynode_is_null(v) ? "" : load_get_str(c, v);
     if (s == NULL)
@@ -1393,6 +1402,9 @@ static int dns_static_entry(struct load_ctx *c, const struct ynode *k, const str
     else if (extra == NAME_EXTRA_PORT)
         why = "a dns.static name holds no port: write the name alone (its address serves every "
               "port)";
+    else if (extra == NAME_EXTRA_BRACKETS)
+        why = "brackets hold an IPv6 literal only, and a dns.static name holds no port: write the "
+              "name alone";
     if (why != NULL || host_normalise(k->str, k->len, &h, &why) != 0) {
         load_err(c, k->line, "invalid name '%s': %s", load_show(c, k->str), why ? why : "invalid");
         return 0;

@@ -166,6 +166,57 @@ const char *load_yaml_boolean(const struct ynode *n)
     return NULL;
 }
 
+/* Past a run of the characters of <set> in <s>. */
+static const char *skip(const char *s, const char *set)
+{
+    return s + strspn(s, set);
+}
+
+/* The plain scalars YAML reads as numbers, YAML 1.2's core schema and
+ * YAML 1.1's (as PyYAML reads them) together: .nan, [-+].inf, [-+]0x and
+ * 0b (1.1, with '_'), 0o (1.2), and decimals: [-+] digits ('_' after the
+ * first), then 1.1's base-60 ":[0-5]?[0-9]" parts, then a '.' and digits,
+ * or a '.' and a digit first, then an exponent [eE][-+]digits. */
+bool load_yaml_number(const struct ynode *n)
+{
+    if (n->kind != YNODE_SCALAR || n->quoted)
+        return false;
+    const char *s = n->str;
+    if (strcmp(s, ".nan") == 0 || strcmp(s, ".NaN") == 0 || strcmp(s, ".NAN") == 0)
+        return true;
+    if (s[0] == '0' && s[1] == 'o')
+        return s[2] != '\0' && *skip(s + 2, "01234567") == '\0';
+    if (s[0] == '-' || s[0] == '+')
+        s++;
+    if (strcmp(s, ".inf") == 0 || strcmp(s, ".Inf") == 0 || strcmp(s, ".INF") == 0)
+        return true;
+    if (s[0] == '0' && (s[1] == 'x' || s[1] == 'b'))
+        return s[2] != '\0' &&
+               *skip(s + 2, s[1] == 'x' ? "0123456789abcdefABCDEF_" : "01_") == '\0';
+    if (s[0] >= '0' && s[0] <= '9') {
+        s = skip(s, "0123456789_");
+        while (s[0] == ':' && s[1] >= '0' && s[1] <= '9') {
+            const char *e = skip(s + 1, "0123456789");
+            if (e - s > 3 || (e - s == 3 && s[1] > '5'))
+                return false;
+            s = e;
+        }
+        if (s[0] == '.')
+            s = skip(s + 1, "0123456789_");
+    } else if (s[0] == '.' && s[1] >= '0' && s[1] <= '9') {
+        s = skip(s + 1, "0123456789_");
+    } else {
+        return false;
+    }
+    if (s[0] == 'e' || s[0] == 'E') {
+        s += (s[1] == '-' || s[1] == '+') ? 2 : 1;
+        if (s[0] < '0' || s[0] > '9')
+            return false;
+        s = skip(s, "0123456789");
+    }
+    return s[0] == '\0';
+}
+
 int load_refuse_yaml_word(struct load_ctx *c, const struct ynode *n)
 {
     const char *boolean = load_yaml_boolean(n);
@@ -603,10 +654,20 @@ void load_set_str(char **dst, const char *s)
 
 /* ---- rate specs (rules and limits) -------------------------------------- */
 
+/* What a rate of 0 is told: a bucket of size 0 is off (src/shape/quota.c),
+ * so "requests: 0" or "bandwidth: 0B" (none at all, as read) would let
+ * everything through unshaped. */
+#define RATE_ZERO_TAIL                                                                             \
+    "a bucket of size 0 is off, so it would let every %s through; what should get nothing "        \
+    "needs no rule (what no rule allows is denied) or a deny entry, and a rate that limits %s "    \
+    "only leaves %s out"
+
 static void rate_requests(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rate_spec *r = obj;
-    load_get_uint(c, v, 0, UINT64_MAX, &r->requests);
+    if (load_get_uint(c, v, 0, UINT64_MAX, &r->requests) == 0 && r->requests == 0)
+        load_err(c, v->line, "0 is not no requests: " RATE_ZERO_TAIL, "request", "bandwidth",
+                 "requests");
 }
 
 static void rate_per(struct load_ctx *c, const struct ynode *v, void *obj)
@@ -624,7 +685,9 @@ static void rate_burst(struct load_ctx *c, const struct ynode *v, void *obj)
 static void rate_bandwidth(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rate_spec *r = obj;
-    load_get_size(c, v, true, &r->bandwidth);
+    if (load_get_size(c, v, true, &r->bandwidth) == 0 && r->bandwidth == 0)
+        load_err(c, v->line, "%s is not no bytes: " RATE_ZERO_TAIL, load_show(c, v->str), "byte",
+                 "requests", "bandwidth");
 }
 
 static const struct key_handler rate_keys[] = {
@@ -641,19 +704,11 @@ void load_rate_spec(struct load_ctx *c, const struct ynode *v, struct rate_spec 
     r->per_ms = 1000;
     r->set = true;
     r->line = v->line;
-    size_t errors = load_error_count(c);
     const struct ynode *vals[NKEYS(rate_keys)];
     load_walk_map(c, v, rate_keys, NKEYS(rate_keys), r, vals);
+    /* a requests or bandwidth of 0 is refused at its line (above) */
     if (vals[0] == NULL && vals[3] == NULL)
         load_err(c, v->line, "needs requests or bandwidth");
-    else if (r->requests == 0 && r->bandwidth == 0 && load_error_count(c) == errors)
-        /* Both buckets of size 0, so off (src/shape/quota.c): "requests:
-         * 0" reads as no requests at all, "requests: 0, burst: 5" as five
-         * and then none, and either lets everything through unshaped. */
-        load_warn(c, v->line,
-                  "limits nothing: its requests are 0 and it has no bandwidth, and a bucket of "
-                  "size 0 is off (burst and per count only with requests), so nothing it covers "
-                  "is shaped; give requests 1 or more, or remove it");
     /* per paces requests only; the bandwidth bucket refills in a second.
      * {requests: 600, per: 1m, bandwidth: 60MiB} reads as 60MiB a minute
      * and would let 60 times that through: without /s, a bandwidth next

@@ -101,6 +101,10 @@ const char *load_get_name(struct load_ctx *c, const struct ynode *n);
  * many a reviewer's script or CI check, reads all but those two so); NULL
  * for anything else, a quoted or !!str-tagged scalar included. */
 const char *load_yaml_boolean(const struct ynode *n);
+/* True when <n> is a plain scalar YAML 1.2's core schema or YAML 1.1
+ * reads as a number (0x1F, 1e3, .nan, 12:30, 1_000, 017); false for
+ * anything else, a quoted or !!str-tagged scalar included. */
+bool load_yaml_number(const struct ynode *n);
 /* Reports a plain YAML boolean (yes, no, on, off, ...) or a null written
  * as a word (~, null) where a string is wanted: -1 after reporting, else
  * 0. For strings read without load_get_str(), such as mapping keys. */

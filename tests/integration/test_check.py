@@ -1492,7 +1492,7 @@ HELP_EXAMPLES = {
         ("error", _V + "deny: [~]\n" + _R, "expected a string, not YAML's null '~'"),
         ("error", _rule("    ports: [0443]\n"), "'0443' has a leading zero"),
     ],
-    "bad values: hosts, CIDRs, ports, methods, tiers, sizes, periods, dates, time zones, hours, days, agent ids, webhook URLs, exec paths": [
+    "bad values: hosts, CIDRs, ports, methods, tiers, sizes, periods, dates, time zones, hours, days, agent ids, webhook URLs, exec paths; a rate of 0 requests or 0 bandwidth (it would limit nothing)": [
         ("error", _V + "rules:\n  - host: a..example.com\n    tier: 0\n", "invalid host pattern"),
         ("error", _V + "rules:\n  - cidr: 10.0.0.0/33\n    tier: 0\n", "10.0.0.0/33"),
         ("error", _rule("    ports: [70000]\n"), "port 70000 is outside 1-65535"),
@@ -1507,6 +1507,9 @@ HELP_EXAMPLES = {
         ("error", _V + "agents:\n  - id: Bad_Id!\n    sources: [127.0.0.1/32]\n" + _R, "invalid agent id 'Bad_Id!'"),
         ("error", _V + _R + "alerts:\n  sinks:\n    - webhook: ftp://example.com/x\n", "webhook needs an http:// or https:// URL"),
         ("error", _V + _R + "alerts:\n  sinks:\n    - exec: page-oncall\n", "exec needs an absolute path"),
+        ("error", _rule("    rate: {requests: 0}\n"), "rules[0].rate.requests: 0 is not no requests"),
+        ("error", _rule("    rate: {requests: 5, bandwidth: 0B/s}\n"), "rules[0].rate.bandwidth: 0B/s is not no bytes"),
+        ("error", _V + "rules:\n  - host: \"[a.example.com]:443\"\n    tier: 0\n", "brackets hold an IPv6 literal only"),
     ],
     "duplicate rules, agent ids or dns.static names; too many of a kind": [
         ("error", _V + _R + "  - host: a.example.com\n    tier: 0\n", "duplicates rules[0] (line 3)"),
@@ -1519,10 +1522,11 @@ HELP_EXAMPLES = {
         ("error", _V + "rules:\n  - host: a.example.com\n    tier: 3\n    expires: 2026-12-31\n", "tier-3 rule needs an owner"),
         ("error", _V + "rules:\n  - host: a.example.com\n    tier: 3\n    owner: alice\n", "tier-3 rule needs an expiry date"),
     ],
-    "owners blank, padded (\" alice \"), a YAML boolean, over 1 KiB, with control, bidirectional or invisible characters": [
+    "owners blank, padded (\" alice \"), a YAML boolean or number, over 1 KiB, with control, bidirectional or invisible characters": [
         ("error", _rule("    owner: \"  \"\n"), "must name a person, not be blank"),
         ("error", _rule("    owner: \" alice \"\n"), "starts or ends with a blank"),
         ("error", _rule("    owner: no\n"), "not a person's name"),
+        ("error", _rule("    owner: 0x1F\n"), "'0x1F' is a number to YAML, not a person's name"),
         ("error", _rule("    owner: %s\n" % ("a" * 1025)), "a person's name is at most 1024 bytes"),
         ("error", _rule("    owner: \"al\\nice\"\n"), "must be a name on one line, without control characters"),
         ("error", _rule("    owner: \"al\\u202eice\"\n"), "must not hold bidirectional formatting characters"),
@@ -1577,14 +1581,13 @@ HELP_EXAMPLES = {
         ("warning", _V + "rules:\n  - host: \"\u0430pi.github.com\"\n    tier: 0\n", "written with characters other than ASCII"),
         ("warning", _V + "rules:\n  - host: \"*.github.io\"\n    tier: 0\n", "are registered by anyone"),
     ],
-    "settings: mode: report, ECH allowed, agents: [], no rules, DNS servers off the local network, http:// webhooks, a rate that limits nothing": [
+    "settings: mode: report, ECH allowed, agents: [], no rules, DNS servers off the local network, http:// webhooks": [
         ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    mode: report\n" + _R, "this agent's denials are let through"),
         ("warning", _V + _R + "network:\n  encrypted_client_hello: allow\n", "network.encrypted_client_hello"),
         ("warning", _V + "agents: []\n" + _R, "the list is empty"),
         ("warning", _V + "rules: []\n", "no rules: every request will be denied"),
         ("warning", _V + _R + "dns:\n  servers: [192.0.2.53]\n", "is neither on this host nor on a local network"),
         ("warning", _V + _R + "alerts:\n  sinks:\n    - webhook: http://hooks.example.com/x\n", "over http://"),
-        ("warning", _rule("    rate: {requests: 0}\n"), "limits nothing"),
     ],
     # the bound lowered to 4 for these examples (SLUICE_TEST_REPORT_REACH_MAX)
     "a reach per agent of more than 1,000,000 entries: the report lists that many": [

@@ -404,7 +404,16 @@ static void test_pattern_parse(void **state)
     for (size_t i = 0; i < sizeof(ported) / sizeof(ported[0]); i++)
         expect_pattern_error(ported[i], "a host pattern holds no port: write the name alone (a "
                                         "rule's ports go in ports:, and deny covers every port)");
-    expect_pattern_error("[::1]:443", "invalid IP literal"); /* an IP, two colons and more */
+    /* An IP literal's port is a port too; brackets around anything but
+     * an IPv6 literal are said so, not called an invalid IP literal. */
+    expect_pattern_error("[::1]:443", "a host pattern holds no port: write the name alone (a "
+                                      "rule's ports go in ports:, and deny covers every port)");
+    static const char *const bracketed[] = {
+        "[a.com]", "[a.com]:443", "[*.a.com]", "[127.0.0.1]", "[127.0.0.1]:80", "[a.com", "[]"};
+    for (size_t i = 0; i < sizeof(bracketed) / sizeof(bracketed[0]); i++)
+        expect_pattern_error(bracketed[i], "brackets hold an IPv6 literal only, and a host "
+                                           "pattern holds no port: write the name alone");
+    expect_pattern_error("[fe80::1%25eth0]", "invalid IP literal"); /* an IPv6 attempt */
 
     static const char *const single[] = {"*.com",       "*.test", "*.internal",
                                          "*.localhost", "*.COM.", "*.xn--p1ai"};

@@ -840,6 +840,45 @@ static void test_owner_boolean_refused(void **state)
     policy_free(p);
 }
 
+/* A plain owner that YAML reads as a number (YAML 1.2's core schema or
+ * YAML 1.1's: 0x1F, 1e3, .nan, 12:30, 1_000) names no one, and YAML tools
+ * read it as another value (31, 1000.0, NaN, 750): refused as a boolean
+ * is. Quoted, or tagged !!str, it is a name like any other, and so is a
+ * word that only looks like a number. */
+static void test_owner_number_refused(void **state)
+{
+    (void)state;
+    static const char *const numbers[] = {
+        "0x1F",  "1e3", ".nan",  ".NaN",  "-.Inf", "+.inf", "12345", "-12", "1_000",  "0o17",
+        "0b101", "017", "12:30", "1:2:3", "3.14",  ".5",    "1.",    "+7",  "1.5e+3", "2E-4"};
+    for (size_t i = 0; i < sizeof(numbers) / sizeof(numbers[0]); i++) {
+        char yaml[256], want[256];
+        snprintf(yaml, sizeof(yaml),
+                 V "rules:\n  - host: a.example.test\n    methods: [POST]\n    tier: 3\n"
+                   "    owner: %s\n    expires: 2027-01-01\n",
+                 numbers[i]);
+        snprintf(want, sizeof(want),
+                 "p.yaml:6: rules[0].owner: '%s' is a number to YAML, not a person's name: name "
+                 "the person who signs for the rule (in quotes, if that is what they are called)",
+                 numbers[i]);
+        expect_error(yaml, want);
+    }
+    struct policy *p =
+        expect_clean(V "rules:\n  - {host: a.example.test, tier: 0, owner: \"0x1F\"}\n"
+                       "  - {host: b.example.test, tier: 0, owner: !!str 1e3}\n"
+                       "  - {host: c.example.test, tier: 0, owner: 1.2.3}\n"
+                       "  - {host: d.example.test, tier: 0, owner: nan}\n"
+                       "  - {host: e.example.test, tier: 0, owner: 0x}\n"
+                       "  - {host: f.example.test, tier: 0, owner: 7of9}\n"
+                       "  - {host: g.example.test, tier: 0, owner: e3}\n"
+                       "  - {host: h.example.test, tier: 0, owner: \"-\"}\n");
+    assert_string_equal(p->rules[0].owner, "0x1F");
+    assert_string_equal(p->rules[1].owner, "1e3");
+    assert_string_equal(p->rules[2].owner, "1.2.3");
+    assert_string_equal(p->rules[5].owner, "7of9");
+    policy_free(p);
+}
+
 /* A name the policy gives (a host, a deny entry, an agent id, a rule's
  * agent, a dns.static name) written as a plain word YAML reads as a
  * boolean or a null is refused at its line: "host: no" loaded as a host
@@ -911,6 +950,19 @@ static void test_host_with_port_or_url(void **state)
         {V "rules:\n  - host: https://api.github.com/repos\n    tier: 0\n",
          "p.yaml:3: rules[0].host: invalid host pattern 'https://api.github.com/repos': a host "
          "pattern is a name, not a URL: write the name alone, without scheme, port or path"},
+        /* brackets hold an IPv6 literal only, and a port goes nowhere */
+        {V "rules:\n  - host: \"[api.github.com]:443\"\n    tier: 0\n",
+         "p.yaml:3: rules[0].host: invalid host pattern '[api.github.com]:443': brackets hold an "
+         "IPv6 literal only, and a host pattern holds no port: write the name alone"},
+        {V R "deny: [\"[gist.github.com]\"]\n",
+         "p.yaml:5: deny[0]: invalid host pattern '[gist.github.com]': brackets hold an IPv6 "
+         "literal only, and a host pattern holds no port: write the name alone"},
+        {V "rules:\n  - host: \"[::1]:443\"\n    tier: 0\n",
+         "p.yaml:3: rules[0].host: invalid host pattern '[::1]:443': a host pattern holds no "
+         "port: write the name alone (a rule's ports go in ports:, and deny covers every port)"},
+        {V R "dns: {static: {\"[api.example.test]\": 127.0.0.2}}\n",
+         "p.yaml:5: dns.static.[api.example.test]: invalid name '[api.example.test]': brackets "
+         "hold an IPv6 literal only, and a dns.static name holds no port: write the name alone"},
         /* a dns.static name is told the same way (host_name_extra()) */
         {V R "dns: {static: {\"api.example.test:443\": 127.0.0.2}}\n",
          "p.yaml:5: dns.static.api.example.test:443: invalid name 'api.example.test:443': a "
@@ -2826,36 +2878,57 @@ static void test_rules_the_deny_list_covers(void **state)
         expect_clean(V "rules:\n  - cidr: 10.0.0.0/8\n    tier: 0\ndeny: [\"*.example.test\"]\n"));
 }
 
-/* A rate whose buckets are both of size 0 is off (SPEC, Shaping): what it
- * covers goes through unshaped, which "requests: 0" (no requests at all?)
- * or "requests: 0, burst: 5" (five, then none?) do not say. It loads, as
- * SPEC has it, with a warning; a rate that limits something loads clean. */
-static void test_rate_that_limits_nothing(void **state)
+/* A bucket of size 0 is off (SPEC, Shaping): "requests: 0" or
+ * "bandwidth: 0B" reads as none at all, and let everything through
+ * unshaped (a rate whose buckets were both off loaded with a warning; one
+ * beside a limit of the other kind, silently). Each is an error at its
+ * own line that says what to write instead; a rate that limits something
+ * loads clean. */
+static void test_rate_of_zero(void **state)
 {
     (void)state;
-#define NOTHING                                                                                    \
-    "limits nothing: its requests are 0 and it has no bandwidth, and a bucket of size 0 is off "   \
-    "(burst and per count only with requests), so nothing it covers is shaped; give requests 1 "   \
-    "or more, or remove it"
-    expect_warning(V "rules:\n  - host: a.example.test\n    tier: 0\n    rate: {requests: 0}\n",
-                   "p.yaml:5: rules[0].rate: " NOTHING);
-    expect_warning(V "rules:\n  - host: a.example.test\n    tier: 0\n    rate:\n"
-                     "      requests: 0\n      burst: 5\n      per: 1m\n",
-                   "p.yaml:6: rules[0].rate: " NOTHING);
-    expect_warning(V R "limits:\n  rate: {requests: 0, bandwidth: 0B/s}\n",
-                   "p.yaml:6: limits.rate: " NOTHING);
-    policy_free(expect_clean(V R "limits:\n  rate: {requests: 0, bandwidth: 1KiB/s}\n"));
-    policy_free(expect_clean(V R "limits:\n  rate: {requests: 1, bandwidth: 0B}\n"));
-    /* an error in it is told as such, not as a rate that limits nothing */
+#define ZERO_REQ                                                                                   \
+    "0 is not no requests: a bucket of size 0 is off, so it would let every request through; "     \
+    "what should get nothing needs no rule (what no rule allows is denied) or a deny entry, and "  \
+    "a rate that limits bandwidth only leaves requests out"
+#define ZERO_BW(v)                                                                                 \
+    v " is not no bytes: a bucket of size 0 is off, so it would let every byte through; what "     \
+      "should get nothing needs no rule (what no rule allows is denied) or a deny entry, and a "   \
+      "rate that limits requests only leaves bandwidth out"
+    expect_error(V "rules:\n  - host: a.example.test\n    tier: 0\n    rate: {requests: 0}\n",
+                 "p.yaml:5: rules[0].rate.requests: " ZERO_REQ);
+    expect_error(V "rules:\n  - host: a.example.test\n    tier: 0\n    rate:\n"
+                   "      requests: 0\n      burst: 5\n      per: 1m\n",
+                 "p.yaml:6: rules[0].rate.requests: " ZERO_REQ);
+    expect_error(V R "limits:\n  rate: {requests: 0, bandwidth: 1KiB/s}\n",
+                 "p.yaml:6: limits.rate.requests: " ZERO_REQ);
+    expect_error(V R "limits:\n  rate: {requests: 1, bandwidth: 0B}\n",
+                 "p.yaml:6: limits.rate.bandwidth: " ZERO_BW("0B"));
+    expect_error(V R "limits:\n  rate:\n    bandwidth: 0\n",
+                 "p.yaml:7: limits.rate.bandwidth: " ZERO_BW("0"));
+    expect_error(V "rules:\n  - host: a.example.test\n    tier: 0\n    rate:\n"
+                   "      requests: 5\n      bandwidth: 0KiB/s\n",
+                 "p.yaml:7: rules[0].rate.bandwidth: " ZERO_BW("0KiB/s"));
+    /* both: each is told at its line */
     struct diag d;
-    struct policy *p = load(V R "limits:\n  rate: {requests: -1}\n", &d);
+    struct policy *p = load(V R "limits:\n  rate:\n    requests: 0\n    bandwidth: 0B/s\n", &d);
+    assert_null(p);
+    assert_int_equal(d.errors, 2);
+    assert_true(has_entry(&d, DIAG_ERROR, "p.yaml:7: limits.rate.requests: " ZERO_REQ));
+    assert_true(has_entry(&d, DIAG_ERROR, "p.yaml:8: limits.rate.bandwidth: " ZERO_BW("0B/s")));
+    diag_free(&d);
+    policy_free(expect_clean(V R "limits:\n  rate: {bandwidth: 1KiB/s}\n"));
+    policy_free(expect_clean(V R "limits:\n  rate: {requests: 1, burst: 0}\n"));
+    /* an error in it is told as such, not as a rate of 0 */
+    p = load(V R "limits:\n  rate: {requests: -1}\n", &d);
     assert_null(p);
     assert_int_equal(d.count, 1);
     assert_true(has_entry(&d, DIAG_ERROR,
                           "p.yaml:6: limits.rate.requests: expected an integer, "
                           "got '-1'"));
     diag_free(&d);
-#undef NOTHING
+#undef ZERO_BW
+#undef ZERO_REQ
 }
 
 /* The findings made once the whole file is read (a rule the deny list
@@ -3197,14 +3270,14 @@ static void test_bare_numbers_need_a_unit(void **state)
 #undef NO_RATE_UNIT
 #undef NO_PERIOD_UNIT
     RUN(cases);
-    /* 0 means the same in any unit; counts (requests, burst, max, floor)
-     * have no unit */
+    /* 0 means the same in any unit (a bandwidth of 0 is refused for its
+     * own reason: test_rate_of_zero); counts (requests, burst, max,
+     * floor) have no unit */
     struct policy *p =
         expect_clean(V R "limits:\n  quarantine: 0\n"
-                         "  rate: {requests: 5, per: 1s, burst: 10, bandwidth: 0}\n"
+                         "  rate: {requests: 5, per: 1s, burst: 10}\n"
                          "alerts: {write_burst: {max: 5}, baseline: {factor: 4, floor: 30}}\n");
     assert_int_equal(p->limits.quarantine_ms, 0);
-    assert_int_equal(p->limits.rate.bandwidth, 0);
     policy_free(p);
 }
 
@@ -3430,6 +3503,7 @@ int main(void)
         cmocka_unit_test(test_longest_period),
         cmocka_unit_test(test_quoted_scalars_stay_strings),
         cmocka_unit_test(test_owner_boolean_refused),
+        cmocka_unit_test(test_owner_number_refused),
         cmocka_unit_test(test_rule_agents_sorted),
         cmocka_unit_test(test_file),
         cmocka_unit_test(test_file_changed_while_read),
@@ -3465,7 +3539,7 @@ int main(void)
         cmocka_unit_test(test_too_many_agents),
         cmocka_unit_test(test_rules_the_deny_list_covers),
         cmocka_unit_test(test_late_findings_name_their_fields_line),
-        cmocka_unit_test(test_rate_that_limits_nothing),
+        cmocka_unit_test(test_rate_of_zero),
         cmocka_unit_test(test_findings_capped),
         cmocka_unit_test(test_rule_errors_past_the_cap),
         cmocka_unit_test(test_other_section_errors),
