@@ -199,6 +199,7 @@ const struct command cmd_check = {
             "  - hosts written in other than ASCII, wildcards over open suffixes\n"
             "  - settings: mode: report, ECH allowed, agents: [], no rules, DNS servers\n"
             "    off the local network, http:// webhooks\n"
+            "  - rates a tunnel is not held to (more than 8 others cover its host)\n"
             "  - a reach per agent of more than 1,000,000 entries: the report lists that many\n"
             "README.md (sluice check) lists each one.\n"
             "The report lists rules per tier, every tier-3 grant with its owner, expiry and\n"

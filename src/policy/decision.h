@@ -105,6 +105,10 @@ struct decision {
  * classified. Under enforcement that denial names no rule. */
 void policy_decide(const struct policy *p, const struct decision_query *q, struct decision *out);
 
+/* True when rule <r> serves agent <agent_id> (NULL: an agent no rule
+ * names) on <port>: the agent and port tests of 3 above. */
+bool policy_rule_serves(const struct rule *r, const char *agent_id, uint16_t port);
+
 /* Within one specificity class (one host pattern or cidr: prefix), for a
  * request both rules of one policy match: true when <a> decides it before
  * <b>, the rule naming methods beating one that does not, then the lower

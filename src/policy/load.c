@@ -1686,6 +1686,7 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
         else {
             warn_denied_rules(&c);
             load_warn_outranking_rules(&c);
+            load_warn_tunnel_limits(&c);
         }
         if (!diag_has_errors(diag))
             warn_guarded_addresses(&c);

@@ -1,6 +1,6 @@
 /* load_ctx: the policy loader's reading toolkit. INTERNAL to the policy
- * loader (load.c, load_ctx.c, load_alerts.c, load_outrank.c): nothing outside src/policy/
- * includes it; the gate and the CLI use policy.h.
+ * loader (load.c, load_ctx.c, load_alerts.c, load_outrank.c, load_tunnel_limits.c): nothing outside
+ * src/policy/ includes it; the gate and the CLI use policy.h.
  *
  * A struct load_ctx carries the policy being filled, the diagnostics and
  * the dotted field path of the value being read ("rules[3].ports[0]").
@@ -194,6 +194,11 @@ bool load_agents_meet(const struct rule *a, const struct rule *b);
  * specific, requests a tier-3 grant of a less specific pattern covers
  * (load_outrank.c). Needs the index. */
 void load_warn_outranking_rules(struct load_ctx *c);
+/* Warns of each rule whose rate a tunnel (CONNECT, extension method) it
+ * covers is not held to: more than DECISION_LIMITS_MAX others with a rate
+ * cover the same name, agent and port (load_tunnel_limits.c). Needs the
+ * index. */
+void load_warn_tunnel_limits(struct load_ctx *c);
 
 /* The longest NAME an `env:NAME` (a token, a webhook URL) may name. */
 #define LOAD_ENV_NAME_MAX 128

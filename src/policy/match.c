@@ -153,6 +153,11 @@ static bool ranks_before(const struct rule *r, unsigned cls, const struct rule *
     return cls == cur_cls && policy_rule_ranks_before(r, cur);
 }
 
+bool policy_rule_serves(const struct rule *r, const char *agent_id, uint16_t port)
+{
+    return agent_ok(r, agent_id) && port_ok(r, port);
+}
+
 static bool expired(const struct search *s, const struct rule *r)
 {
     return r->has_expires && s->today > r->expires;

@@ -1589,6 +1589,14 @@ HELP_EXAMPLES = {
         ("warning", _V + _R + "dns:\n  servers: [192.0.2.53]\n", "is neither on this host nor on a local network"),
         ("warning", _V + _R + "alerts:\n  sinks:\n    - webhook: http://hooks.example.com/x\n", "over http://"),
     ],
+    "rates a tunnel is not held to (more than 8 others cover its host)": [
+        ("warning", _V + "rules:\n" + "".join(
+            "  - {host: a.example.com, tier: 0, methods: [%s], rate: {requests: 10}}\n" % m
+            for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"))
+         + "  - {host: a.example.com, tier: 0, rate: {requests: 10}}\n"
+         + "  - {host: \"*.example.com\", tier: 0, rate: {requests: 10}}\n",
+         "rules[9].rate: not applied to tunnels to a.example.com (every agent, port 80)"),
+    ],
     # the bound lowered to 4 for these examples (SLUICE_TEST_REPORT_REACH_MAX)
     "a reach per agent of more than 1,000,000 entries: the report lists that many": [
         ("warning", _V + "agents:\n" + "".join("  - {id: a%d, sources: [10.0.0.%d]}\n" % (i, i + 1)

@@ -2878,6 +2878,43 @@ static void test_rules_the_deny_list_covers(void **state)
         expect_clean(V "rules:\n  - cidr: 10.0.0.0/8\n    tier: 0\ndeny: [\"*.example.test\"]\n"));
 }
 
+/* A tunnel is held to its deciding rule's rate and DECISION_LIMITS_MAX
+ * (8) others' (match.c, conclude_limits()): a tenth rate over the same
+ * name, agent and port is not applied to it, which the load warns of at
+ * that rate; nine (the deciding one and 8) load clean. */
+static void test_tunnel_rates_past_the_slots(void **state)
+{
+    (void)state;
+#define NINE                                                                                       \
+    "rules:\n  - {host: a.example.test, tier: 0, rate: {requests: 10}}\n"                          \
+    "  - {host: a.example.test, tier: 0, methods: [GET], rate: {requests: 10}}\n"                  \
+    "  - {host: a.example.test, tier: 0, methods: [HEAD], rate: {requests: 10}}\n"                 \
+    "  - {host: a.example.test, tier: 0, methods: [POST], rate: {requests: 10}}\n"                 \
+    "  - {host: a.example.test, tier: 0, methods: [PUT], rate: {requests: 10}}\n"                  \
+    "  - {host: a.example.test, tier: 0, methods: [PATCH], rate: {requests: 10}}\n"                \
+    "  - {host: a.example.test, tier: 0, methods: [DELETE], rate: {requests: 10}}\n"               \
+    "  - {host: a.example.test, tier: 0, methods: [OPTIONS], rate: {requests: 10}}\n"              \
+    "  - {host: a.example.test, tier: 0, methods: [TRACE], rate: {requests: 10}}\n"
+#define LEFT_OUT(who)                                                                              \
+    "p.yaml:12: rules[9].rate: not applied to tunnels to a.example.test (" who ", port 80): 10 "   \
+    "rules with a rate cover them, and a tunnel (CONNECT, or a method no rule names) is held to "  \
+    "its deciding rule's and 8 others' only (the grant that sets its tier first, then the most "   \
+    "specific pattern, then file order); this rate is left out: merge the rates, or narrow the "   \
+    "rules"
+    policy_free(expect_clean(V NINE));
+    expect_warning(V NINE "  - {host: \"*.example.test\", tier: 0, rate: {requests: 10}}\n",
+                   LEFT_OUT("every agent"));
+    expect_warning(V NINE "  - {host: \"*.example.test\", tier: 0, agents: [ci], rate: "
+                          "{bandwidth: 1KiB/s}}\n",
+                   LEFT_OUT("agent 'ci'"));
+    /* on another port, or without a rate, the tenth meets no full slots */
+    policy_free(expect_clean(V NINE "  - {host: \"*.example.test\", tier: 0, ports: [8443], "
+                                    "rate: {requests: 10}}\n"));
+    policy_free(expect_clean(V NINE "  - {host: \"*.example.test\", tier: 0}\n"));
+#undef LEFT_OUT
+#undef NINE
+}
+
 /* A bucket of size 0 is off (SPEC, Shaping): "requests: 0" or
  * "bandwidth: 0B" reads as none at all, and let everything through
  * unshaped (a rate whose buckets were both off loaded with a warning; one
@@ -3540,6 +3577,7 @@ int main(void)
         cmocka_unit_test(test_rules_the_deny_list_covers),
         cmocka_unit_test(test_late_findings_name_their_fields_line),
         cmocka_unit_test(test_rate_of_zero),
+        cmocka_unit_test(test_tunnel_rates_past_the_slots),
         cmocka_unit_test(test_findings_capped),
         cmocka_unit_test(test_rule_errors_past_the_cap),
         cmocka_unit_test(test_other_section_errors),
