@@ -11,7 +11,10 @@
  * and an absolute- or authority-form target spell the target (read here
  * as text: "api.example.test" in any case, one trailing dot allowed) with
  * port 8080 or none (and "Host: name:" as none), and its other routing
- * fields (X-Forwarded-Host, Forwarded's host=, ...) name it as well. */
+ * fields (X-Forwarded-Host, Forwarded's host=, ...) name it as well. A
+ * complete first line that ends in a word starting with "HTTP/", "RTSP/"
+ * or "ICE/" (any case) is never NOT_HTTP, and MISMATCH unless that word is
+ * HTTP/1.0 or HTTP/1.1. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +134,54 @@ static enum peek_http_result expected(const struct http_request *req)
     return PEEK_HTTP_MATCH;
 }
 
+/* The version word of a first line the harness can read alone: upper-case
+ * letters, SP, then bytes up to a LF within the window; the last word
+ * (after the line's last SP, a CR before the LF dropped) printable ASCII.
+ * Sets <*w> and <*n>; 0 when the line is not of that shape. */
+static int version_word(const uint8_t *data, size_t size, const char **w, size_t *n)
+{
+    size_t lim = size < MAX_HEAD ? size : MAX_HEAD, j = 0;
+    while (j < lim && data[j] >= 'A' && data[j] <= 'Z')
+        j++;
+    if (j == 0 || j == lim || data[j] != ' ')
+        return 0;
+    const uint8_t *lf = memchr(data + j, '\n', lim - j);
+    if (lf == NULL)
+        return 0;
+    size_t e = (size_t)(lf - data);
+    if (e > j && data[e - 1] == '\r')
+        e--;
+    size_t s = e;
+    while (s > j && data[s - 1] != ' ') {
+        if (data[s - 1] < 0x21 || data[s - 1] > 0x7e)
+            return 0;
+        s--;
+    }
+    *w = (const char *)data + s;
+    *n = e - s;
+    return 1;
+}
+
+/* A complete first line whose last word starts with "HTTP/", "RTSP/" or
+ * "ICE/" (any case) is a request line to some server: never NOT_HTTP;
+ * unless the word is HTTP/1.0 or HTTP/1.1 (a head checked as such) it
+ * cannot be checked and is MISMATCH. */
+static void check_version_word(const uint8_t *data, size_t size, enum peek_http_result full)
+{
+    const char *w;
+    size_t n;
+    if (!version_word(data, size, &w, &n))
+        return;
+    int http = n >= 5 && strncasecmp(w, "http/", 5) == 0;
+    int other =
+        (n >= 5 && strncasecmp(w, "rtsp/", 5) == 0) || (n >= 4 && strncasecmp(w, "ice/", 4) == 0);
+    if (!http && !other)
+        return;
+    check(full != PEEK_HTTP_NOT_HTTP);
+    if (!(n == 8 && (memcmp(w, "HTTP/1.0", 8) == 0 || memcmp(w, "HTTP/1.1", 8) == 0)))
+        check(full == PEEK_HTTP_MISMATCH);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > 3 * MAX_HEAD)
@@ -138,6 +189,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     enum peek_http_result full = judge(data, size, MAX_HEAD);
     if (size >= MAX_HEAD)
         check(full != PEEK_HTTP_NEED_MORE);
+    check_version_word(data, size, full);
     /* A complete head that the gateway's own request parser reads is
      * judged: never passed as not HTTP, never waited on. */
     static struct http_request req;
