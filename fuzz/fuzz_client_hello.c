@@ -14,7 +14,8 @@
  * NEED_MORE exactly for a start of one. A well-formed ClientHello built
  * around a name taken from the input (1 to SNI_NAME_MAX bytes), cut into
  * handshake records of a size the input chooses, is FOUND with that very
- * name over all its bytes (MALFORMED when the name holds a NUL). */
+ * name over all its bytes (MALFORMED when the name holds a NUL, or when
+ * the list holds a second entry: another host_name or another type). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -104,15 +105,18 @@ static size_t put16(uint8_t *p, size_t v)
 
 /* A ClientHello (TLS 1.2 style: one cipher suite, null compression, one
  * extension) naming data[1..] (at most SNI_NAME_MAX bytes), in records of
- * 1 to 64 bytes (data[0] below 192) or one record. */
-static void check_built_hello(const uint8_t *data, size_t size)
+ * 1 to 64 bytes (data[0] below 192) or one record. <twice>: its
+ * server_name_list holds a second entry, of the same name, a host_name
+ * (data[0] even) or of type data[0]: MALFORMED whatever the name, as a
+ * server may serve the second. */
+static void check_built_hello(const uint8_t *data, size_t size, bool twice)
 {
     if (size < 2)
         return;
     size_t n = size - 1 > SNI_NAME_MAX ? SNI_NAME_MAX : size - 1;
     const uint8_t *nm = data + 1;
-    uint8_t msg[512], rec[sizeof(msg) * 6]; /* records of one byte at worst */
-    size_t m = 4;                           /* the handshake header, filled in below */
+    uint8_t msg[1024], rec[sizeof(msg) * 6]; /* records of one byte at worst */
+    size_t m = 4;                            /* the handshake header, filled in below */
     msg[m++] = 3;
     msg[m++] = 3;
     memset(msg + m, 0x5a, 32); /* random */
@@ -122,14 +126,17 @@ static void check_built_hello(const uint8_t *data, size_t size)
     m += put16(msg + m, 0x1301); /* TLS_AES_128_GCM_SHA256 */
     msg[m++] = 1;                /* compression methods: null */
     msg[m++] = 0;
-    m += put16(msg + m, 4 + 2 + 3 + n); /* extensions */
-    m += put16(msg + m, 0);             /* server_name */
-    m += put16(msg + m, 2 + 3 + n);
-    m += put16(msg + m, 3 + n); /* server_name_list */
-    msg[m++] = 0;               /* host_name */
-    m += put16(msg + m, n);
-    memcpy(msg + m, nm, n);
-    m += n;
+    size_t entries = twice ? 2 : 1;
+    m += put16(msg + m, 4 + 2 + entries * (3 + n)); /* extensions */
+    m += put16(msg + m, 0);                         /* server_name */
+    m += put16(msg + m, 2 + entries * (3 + n));
+    m += put16(msg + m, entries * (3 + n)); /* server_name_list */
+    for (size_t e = 0; e < entries; e++) {
+        msg[m++] = e == 0 || data[0] % 2 == 0 ? 0 : data[0]; /* host_name, or another */
+        m += put16(msg + m, n);
+        memcpy(msg + m, nm, n);
+        m += n;
+    }
     msg[0] = 1; /* client_hello */
     msg[1] = 0;
     put16(msg + 2, m - 4);
@@ -146,7 +153,7 @@ static void check_built_hello(const uint8_t *data, size_t size)
     char name[SNI_NAME_MAX + 1];
     size_t len = 0;
     enum sni_result res = parse_copy(rec, r, name, sizeof(name), &len);
-    if (memchr(nm, 0, n) != NULL) {
+    if (twice || memchr(nm, 0, n) != NULL) {
         check(res == SNI_MALFORMED);
         return;
     }
@@ -185,7 +192,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(last_used == used && ulen == len && last_encrypted == encrypted);
     }
     check_skip_ccs(data, size);
-    check_built_hello(data, size);
+    check_built_hello(data, size, false);
+    check_built_hello(data, size, true);
     enum sni_reply reply = reply_copy(data, size);
     /* Prefixes: all of them for small inputs, a spread for large ones. */
     size_t step = size <= 600 ? 1 : size / 97 + 1;
