@@ -9,7 +9,8 @@
  * by a chunked writer of the harness's own (check_framed()) are read by
  * both framers to the end of that framing, never past it, and decode to
  * those bytes. A framer in a state it never sets fails safe
- * (check_corrupt()). */
+ * (check_corrupt()). The framing it reads (the bytes it does not hand on)
+ * ends its lines in CRLF alone (check_crlf()). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,8 @@ struct sink {
     const char *lo, *hi; /* the piece being fed */
     char *buf;
     size_t len;
+    size_t base;   /* the piece's offset in the body */
+    uint8_t *mark; /* NULL, or one byte per body byte: 1 when handed on */
 };
 
 static void check(int cond)
@@ -47,16 +50,20 @@ static int collect(void *arg, const char *p, size_t n)
     memcpy(b + k->len, p, n);
     k->buf = b;
     k->len += n;
+    if (k->mark != NULL)
+        memset(k->mark + k->base + (size_t)(p - k->lo), 1, n);
     return 0;
 }
 
 /* Feeds <body> in pieces of <step> bytes (0: the first piece is <split>
- * bytes and the second the rest). */
-static struct outcome run(const char *body, size_t len, size_t split, size_t step, int request)
+ * bytes and the second the rest); marks in <mark> (NULL: none) the bytes
+ * handed on. */
+static struct outcome run_marked(const char *body, size_t len, size_t split, size_t step,
+                                 int request, uint8_t *mark)
 {
     struct chunked c;
     struct outcome o = {CHUNKED_MORE, 0, NULL, NULL, 0};
-    struct sink k = {NULL, NULL, NULL, 0};
+    struct sink k = {NULL, NULL, NULL, 0, 0, mark};
     size_t off = 0;
     if (request)
         chunked_init_request(&c);
@@ -72,6 +79,7 @@ static struct outcome run(const char *body, size_t len, size_t split, size_t ste
         size_t used = (size_t)-1;
         k.lo = piece;
         k.hi = piece + n;
+        k.base = off;
         int rc = chunked_feed_data(&c, piece, n, &used, collect, &k);
         free(piece);
         check(used <= n);
@@ -98,6 +106,32 @@ static struct outcome run(const char *body, size_t len, size_t split, size_t ste
     o.ndata = k.len;
     check(c.total == len);
     return o;
+}
+
+static struct outcome run(const char *body, size_t len, size_t split, size_t step, int request)
+{
+    return run_marked(body, len, split, step, request, NULL);
+}
+
+/* The framing the framer consumed (the bytes of <body> up to <o>'s end
+ * that it did not hand on, as <mark> says) ends lines in CRLF alone: a LF
+ * only after a CR, and a CR only before a LF (but for the last byte read
+ * before an error). A bare CR or LF is where another parser may frame the
+ * body otherwise. */
+static void check_crlf(const char *body, const struct outcome *o, const uint8_t *mark)
+{
+    size_t prev = (size_t)-1; /* the framing byte before */
+    for (size_t i = 0; i < o->at; i++) {
+        if (mark[i])
+            continue;
+        if (body[i] == '\n')
+            check(prev != (size_t)-1 && prev + 1 == i && body[prev] == '\r');
+        if (prev != (size_t)-1 && body[prev] == '\r')
+            check(body[i] == '\n' && prev + 1 == i);
+        prev = i;
+    }
+    if (o->rc == CHUNKED_DONE)
+        check(prev != (size_t)-1 && body[prev] == '\n');
 }
 
 static int same(const struct outcome *a, const struct outcome *b)
@@ -176,7 +210,7 @@ static void check_corrupt(unsigned char b)
     chunked_init(&c);
     c.state = b & 1 ? -1 - (int)b : 64 + b; /* the states are a small enum */
     static const char one[] = "0";
-    struct sink k = {one, one + 1, NULL, 0};
+    struct sink k = {one, one + 1, NULL, 0, 0, NULL};
     size_t used = 1;
     check(chunked_feed_data(&c, one, 1, &used, collect, &k) == CHUNKED_ERROR);
     check(used == 0 && k.len == 0 && c.why != NULL && strcmp(c.why, "internal state") == 0);
@@ -190,7 +224,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = size - 2;
     size_t split = (((size_t)data[0] << 8) | data[1]) % (len + 1);
     const char *body = (const char *)data + 2;
-    struct outcome whole = run(body, len, len, 0, 0);
+    uint8_t *mark = calloc(len ? len : 1, 1);
+    check(mark != NULL);
+    struct outcome whole = run_marked(body, len, len, 0, 0, mark);
+    check_crlf(body, &whole, mark);
+    free(mark);
     struct outcome two = run(body, len, split, 0, 0);
     check(same(&whole, &two));
     if (len <= 4096) {
