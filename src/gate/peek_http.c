@@ -58,6 +58,7 @@ enum line_kind {
     LINE_HTTP09_HEAD,  /* HTTP/0.9 that header fields may follow: "GET /" (llhttp) */
     LINE_CONNECT_BARE, /* "CONNECT" and whitespace alone (llhttp: an empty target) */
     LINE_OTHER_VERSION,
+    LINE_BARE_CR, /* a version followed by a CR that is not the line's end */
 };
 
 /* A byte of a URI scheme (RFC 3986 3.1): a letter first, then letters,
@@ -93,6 +94,33 @@ static const char *second_word(const char *buf, size_t j, size_t e, size_t *n)
     return buf + j;
 }
 
+/* True when a word that starts like a version (HTTP/, RTSP/, ICE/) is
+ * followed, whitespace aside, by a bare CR: one before a byte other than
+ * the line's LF (<lf>), the line scanned from the method's end <j>.
+ * Node.js's llhttp, lenient (insecureHTTPParser, --insecure-http-parser),
+ * ends the request line there and serves the header fields behind it
+ * ("GET / HTTP/1.1\rHost: other\r\n"), while the line up to its LF ends
+ * in another word. One pass: the last word seen is kept. */
+static bool version_before_bare_cr(const char *buf, size_t j, size_t lf)
+{
+    size_t ws = j, we = j; /* the last word seen: [ws, we) */
+    size_t i = j;
+    while (i < lf) {
+        if (!is_ws((unsigned char)buf[i])) {
+            ws = i;
+            while (i < lf && !is_ws((unsigned char)buf[i]))
+                i++;
+            we = i;
+            continue;
+        }
+        if (buf[i] == '\r' && i + 1 < lf &&
+            (starts_http(buf + ws, we - ws) || starts_other_protocol(buf + ws, we - ws)))
+            return true;
+        i++;
+    }
+    return false;
+}
+
 /* Classifies the first line of <buf> (<len> bytes, leading empty lines
  * already skipped). On LINE_HTTP09_ABS and LINE_HTTP09_HEAD sets <*target>
  * and <*tlen> to the request target. */
@@ -114,6 +142,8 @@ static enum line_kind first_line(const char *buf, size_t len, const char **targe
         k++;
     if (k == len)
         return LINE_NEED_MORE;
+    if (version_before_bare_cr(buf, j, k))
+        return LINE_BARE_CR;
     size_t e = k; /* the LF */
     while (e > j && (is_ws((unsigned char)buf[e - 1]) || buf[e - 1] == '\r'))
         e--;
@@ -239,6 +269,9 @@ static enum peek_http_result line_verdict(enum line_kind k, const char *t, size_
         return PEEK_HTTP_MISMATCH;
     case LINE_OTHER_VERSION:
         *why = "a version other than HTTP/1.0 and HTTP/1.1";
+        return PEEK_HTTP_MISMATCH;
+    case LINE_BARE_CR:
+        *why = "a request line cut by a bare CR after its version";
         return PEEK_HTTP_MISMATCH;
     case LINE_NEED_MORE:
         if (len >= max_head) {

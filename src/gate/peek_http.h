@@ -30,7 +30,10 @@
  *  - a complete first line (up to its LF) whose last whitespace-separated
  *    word, trailing whitespace and CR ignored, does not start with "HTTP/",
  *    "RTSP/" or "ICE/" (any case) is NOT_HTTP (another text protocol, or an HTTP/0.9 request
- *    line of more than two words), except an HTTP/0.9 request
+ *    line of more than two words), but for a line where such a word is
+ *    followed, whitespace aside, by a CR that does not end it (a bare CR):
+ *    MISMATCH, as Node.js's llhttp, lenient (insecureHTTPParser), ends the
+ *    request line there and serves the header fields behind it; except an HTTP/0.9 request
  *    line whose first word after the method is an absolute-form target (a
  *    scheme and "://": "GET http://h/", which nginx serves from
  *    h's virtual host): its host and port are checked as an absolute-form

@@ -1673,6 +1673,12 @@ _MISMATCHED_HEADS = [
     # picks the site by Host as for HTTP/1.x
     ("version_rtsp", b"GET / RTSP/1.0\r\nHost: evil.example.test\r\n\r\n"),
     ("version_ice", b"SOURCE / ICE/1.0\r\nHost: evil.example.test\r\n\r\n"),
+    # Node.js's llhttp, lenient (insecureHTTPParser, --insecure-http-parser),
+    # ends a request line at a bare CR after its version and serves the
+    # header fields behind it
+    ("bare_cr_after_version", b"GET / HTTP/1.1\rHost: evil.example.test\r\n\r\n"),
+    ("bare_crs_after_version", b"GET / HTTP/1.1\r\rHost: evil.example.test\r\n\r\n"),
+    ("bare_cr_after_rtsp", b"GET / RTSP/1.0\rHost: evil.example.test\r\n\r\n"),
     # whitespace to Python's str.split(), which http.server (the api
     # upstream's) splits the request line with, decoded as Latin-1
     ("python_whitespace", b"GET\x1c/\xa0HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),

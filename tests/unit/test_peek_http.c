@@ -295,6 +295,15 @@ static void test_mismatching_hosts(void **state)
         "GET / RTSP/1.0\r\nHost: evil.example.test\r\n\r\n",
         "OPTIONS * RTSP/2.0\r\nHost: evil.example.test\r\n\r\n",
         "SOURCE / ICE/1.0\r\nHost: evil.example.test\r\n\r\n",
+        /* a bare CR after the version: Node.js's llhttp, lenient
+         * (insecureHTTPParser), ends the request line there and serves
+         * the header fields behind it */
+        "GET / HTTP/1.1\rHost: evil.example.test\r\n\r\n",
+        "GET / HTTP/1.1\r\rHost: evil.example.test\r\n\r\n",
+        "GET / HTTP/1.1 \rHost: api.example.test\r\n\r\n",
+        "GET / RTSP/1.0\rHost: evil.example.test\r\n\r\n",
+        "SOURCE / ICE/1.0\rHost: evil.example.test\r\n\r\n",
+        "GET\r/\rHTTP/1.1\rHost: evil.example.test\r\n\r\n",
         /* whitespace to Python's str.split() (http.server splits the
          * request line with it, the line decoded as Latin-1) */
         "GET\x1c/\x1cHTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
