@@ -1665,6 +1665,61 @@ static void test_flow_set_rule(void **state)
     quota_free(q);
 }
 
+/* A decision made again (quota_flow_set_rule()) on a full table: flow f
+ * of agent "a", under rule r1 and held also by r2's limits, both drained,
+ * is pointed at r3 (a new identity) and r2. The table (128 entries, a
+ * batch of 2) is full of entries held by other uploads, so r3's entry
+ * needs room, and the entries f has just let go of are the only ones that
+ * can go: r2's is dropped and made again while f still uses it. Its
+ * ghost (ghosts.h) brings it back no fuller than it went, its request
+ * bucket too; without it, r2's bucket came back full (1000 B let through
+ * where it held 100), the limit reset by re-deciding on a full table. */
+static void test_flow_set_rule_on_a_full_table_keeps_its_buckets(void **state)
+{
+    (void)state;
+    enum { MAX = 128 };
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 0, 1000, 0, 1000000); /* every upload holds its agent's entry */
+    struct rule r[3];
+    static char *pats[] = {"r1.example.test", "r2.example.test", "r3.example.test"};
+    for (int i = 0; i < 3; i++) {
+        r[i] = make_rule((size_t)i, pats[i], ports_web, 2);
+        set_rate(&r[i].rate, 1, 3600 * 1000, 0, 1000); /* one request an hour, 1000 B/s */
+    }
+    struct quota *q = quota_new(NULL, NULL, MAX);
+    assert_non_null(q);
+    uint64_t w;
+    const struct rule *held[] = {&r[1]};
+    assert_int_equal(quota_admit(q, &p, "a", &r[0], held, 1, 1 * S, &w), 0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", &r[0], held, 1, 1 * S);
+    assert_non_null(f);
+    quota_flow_take(f, quota_flow_allow(f, 1000, 1 * S), 1 * S); /* r1 and r2 drained */
+    assert_int_equal(quota_flow_allow(f, 1000, 1 * S), 0);
+    static char ids[MAX][16];
+    struct quota_flow *others[MAX];
+    size_t nothers = 0;
+    while (quota_entries(q) < MAX) {
+        snprintf(ids[nothers], sizeof(ids[nothers]), "h%zu", nothers);
+        others[nothers] = quota_flow_open(q, &p, ids[nothers], NULL, NULL, 0, 1 * S);
+        assert_non_null(others[nothers]);
+        nothers++;
+    }
+    /* 100 ms later, the decision names r3, held also by r2. */
+    const struct rule *held2[] = {&r[1]};
+    quota_flow_set_rule(f, &r[2], held2, 1, 1 * S + 100 * MS);
+    /* r3 is new, full; r2 earned 100 B in the 100 ms: nothing more. */
+    uint64_t n = quota_flow_allow(f, 100000, 1 * S + 100 * MS);
+    if (n > 100)
+        fail_msg("%llu B let through after the re-decision, r2 holds 100", (unsigned long long)n);
+    assert_int_equal(quota_admit(q, &p, "a", &r[2], held2, 1, 1 * S + 100 * MS, &w), -1);
+    assert_true(w > 3590 * S);
+    quota_flow_close(f);
+    for (size_t i = 0; i < nothers; i++)
+        quota_flow_close(others[i]);
+    quota_free(q);
+}
+
 static void on_resume(void *arg)
 {
     int *n = arg;
@@ -1881,6 +1936,7 @@ int main(void)
         cmocka_unit_test(test_reload_shapes_a_flow_opened_unshaped),
         cmocka_unit_test(test_flow_set_rule),
         cmocka_unit_test(test_flow_set_rule_out_of_memory),
+        cmocka_unit_test(test_flow_set_rule_on_a_full_table_keeps_its_buckets),
         cmocka_unit_test(test_reload_out_of_memory),
         cmocka_unit_test(test_flow_pause_timer),
         cmocka_unit_test(test_flow_pause_saturated_wait),
