@@ -25,8 +25,10 @@
 #define PATH_SHOWN  200
 #define OWNER_SHOWN 200
 /* "METHOD PATH... on HOST": a method of 31 bytes, a host of 253 */
-#define WHAT_MAX  (PATH_SHOWN + 320)
-#define MINUTE_MS 60000
+#define WHAT_MAX (PATH_SHOWN + 320)
+/* "[HOST]:PORT": a target host of up to 255 bytes (HTTP_HOST_MAX), brackets, a port */
+#define HOST_PORT_MAX 272
+#define MINUTE_MS     60000
 /* The window of a threshold the policy leaves out (its detector off): the
  * loader gives every threshold present its per, 1 s when it says none */
 #define THRESHOLD_PER_MS MINUTE_MS
@@ -756,16 +758,31 @@ static void raise_per_host(struct detectors *d, struct agent_state *ag, enum per
     raise_bounded(d, a, host, DETECT_FOLD_MS, false, &by_host, detail, len, now_ms);
 }
 
+/* <host>:<port> as an alert's detail writes it, an IPv6 literal in
+ * brackets ("[::1]:443", as the gate's refusals write it: "::1:443" reads
+ * as another address with no port), into <out> (<len> bytes). */
+static const char *host_port(const char *host, unsigned port, char *out, size_t len)
+{
+    if (host == NULL)
+        snprintf(out, len, "?:%u", port);
+    else if (strchr(host, ':') != NULL)
+        snprintf(out, len, "[%s]:%u", host, port);
+    else
+        snprintf(out, len, "%s:%u", host, port);
+    return out;
+}
+
 static void describe(const struct egress_event *ev, char *out, size_t len)
 {
+    char hp[HOST_PORT_MAX];
     if (out[0] != '\0') /* described already: the text only an alert needs, made once */
         return;
     if (ev->path != NULL)
         snprintf(out, len, "%s %.*s%s on %s", ev->method ? ev->method : "?", PATH_SHOWN, ev->path,
                  strlen(ev->path) > PATH_SHOWN ? "..." : "", ev->host ? ev->host : "?");
     else
-        snprintf(out, len, "%s %s:%u", ev->method ? ev->method : "?", ev->host ? ev->host : "?",
-                 (unsigned)ev->port);
+        snprintf(out, len, "%s %s", ev->method ? ev->method : "?",
+                 host_port(ev->host, ev->port, hp, sizeof(hp)));
 }
 
 /* How many bytes of <owner> an alert shows: all of it, or at most
@@ -1108,7 +1125,7 @@ static void auth_failure(struct detectors *d, const struct egress_event *ev, int
         return;
     /* net: an address and "/64"; from: the longest, the overflow's text and an address */
     char last[IPADDR_STRLEN] = "?", net[IPADDR_STRLEN + 4], from[2 * IPADDR_STRLEN + 64];
-    char detail[DETAIL_MAX], per[32];
+    char detail[DETAIL_MAX], per[32], hp[HOST_PORT_MAX];
     const char *fold_key = from;
     if (ev->source != NULL)
         ipaddr_format(ev->source, last, sizeof(last));
@@ -1129,10 +1146,10 @@ static void auth_failure(struct detectors *d, const struct egress_event *ev, int
     snprintf(detail, sizeof(detail),
              "%llu requests from %s within %s (max %llu) presented credentials that identify no "
              "agent (a token that matches none, unreadable, or Basic with an empty password): "
-             "someone may be guessing tokens; the last: %s %s:%u",
+             "someone may be guessing tokens; the last: %s %s",
              (unsigned long long)n, from, period_text(t->per_ms, per, sizeof(per)),
-             (unsigned long long)t->max, ev->method ? ev->method : "?", ev->host ? ev->host : "?",
-             (unsigned)ev->port);
+             (unsigned long long)t->max, ev->method ? ev->method : "?",
+             host_port(ev->host, ev->port, hp, sizeof(hp)));
     struct alert al = {.kind = ALERT_AUTH_FAILURES,
                        .severity = SEVERITY_HIGH,
                        .host = ev->host,
@@ -1152,13 +1169,13 @@ static void upload_count(struct detectors *d, struct agent_state *w, const struc
     uint64_t n = window_add(&w->uploads, now_ms, bytes);
     if (n <= t->max)
         return;
-    char detail[DETAIL_MAX], per[32], who[AGENT_ID_MAX + 80];
+    char detail[DETAIL_MAX], per[32], who[AGENT_ID_MAX + 80], hp[HOST_PORT_MAX];
     snprintf(detail, sizeof(detail),
              "%s sent %llu bytes upstream (request heads included) within %s (max %llu); the "
-             "last to %s:%u",
+             "last to %s",
              counted_as(d, w, ev->agent, who, sizeof(who)), (unsigned long long)n,
              period_text(t->per_ms, per, sizeof(per)), (unsigned long long)t->max,
-             ev->host ? ev->host : "?", (unsigned)ev->port);
+             host_port(ev->host, ev->port, hp, sizeof(hp)));
     struct alert al = {.kind = ALERT_UPLOAD_BYTES,
                        .severity = SEVERITY_HIGH,
                        .agent = ev->agent,
@@ -1186,7 +1203,9 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
                     ? contact_set_add(&d->contacts, ev->agent, ev->host)
                     : 0;
     const char *how = passed ? verdict_name(ev->verdict) : "denied";
+    char hp[HOST_PORT_MAX];
     if (fresh != 0) {
+        host_port(ev->host, ev->port, hp, sizeof(hp));
         al.kind = ALERT_FIRST_CONTACT;
         al.severity = passed ? SEVERITY_LOW : SEVERITY_MEDIUM;
         al.detail = detail;
@@ -1213,14 +1232,14 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
                 snprintf(among, sizeof(among), " of agents past the %u tracked, counted together",
                          (unsigned)DETECT_AGENTS_MAX);
             snprintf(detail, sizeof(detail),
-                     "%s contacted %s:%u for the first time (%s, %s): over %u first contacts%s "
+                     "%s contacted %s for the first time (%s, %s): over %u first contacts%s "
                      "within 1m, so this agent's first contacts are folded per minute",
-                     ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?", how,
+                     ev->agent, hp, ev->method ? ev->method : "?", how,
                      (unsigned)DETECT_CONTACTS_BURST, among);
             raise_alert(d, &al, NULL, MINUTE_MS, now_ms);
         } else {
-            snprintf(detail, sizeof(detail), "%s contacted %s:%u for the first time (%s, %s)",
-                     ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?", how);
+            snprintf(detail, sizeof(detail), "%s contacted %s for the first time (%s, %s)",
+                     ev->agent, hp, ev->method ? ev->method : "?", how);
             raise_alert(d, &al, ev->host, 0, now_ms);
         }
     } else if (fresh < 0) {
@@ -1228,11 +1247,11 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
          * made-up hosts to hide a real first contact): a pair not
          * remembered is still told, folded per agent and minute. */
         snprintf(detail, sizeof(detail),
-                 "%s contacted %s:%u, which it may not have contacted before (%s, %s): "
+                 "%s contacted %s, which it may not have contacted before (%s, %s): "
                  "first-contact memory is full (%u pairs or %u MiB of names), so this agent's "
                  "contacts with hosts not remembered are folded per minute",
-                 ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?", how,
-                 (unsigned)DETECT_CONTACTS_MAX, (unsigned)(CONTACT_SET_BYTES_MAX >> 20));
+                 ev->agent, hp, ev->method ? ev->method : "?", how, (unsigned)DETECT_CONTACTS_MAX,
+                 (unsigned)(CONTACT_SET_BYTES_MAX >> 20));
         raise_alert(d, &al, NULL, MINUTE_MS, now_ms);
     }
     if (c->present && passed && ev->tier == TIER_3) {

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gate_client import (build_request, cpu_seconds, open_conn, poll, read_response,
+from gate_client import (build_request, connect, cpu_seconds, open_conn, poll, read_response,
                          read_responses, request, utc_today)
 from gate_servers import BannerServer
 from watch_helpers import (alerts, assert_prompt, ts, wait_alert, wait_alert_timed)
@@ -165,6 +165,23 @@ def test_denied_burst(gateway, net, tmp_path):
     assert a["agent"] == "default" and "denied 3 times within 1m (max 2)" in a["detail"]
     assert "not_in_policy" in a["detail"]
     assert_prompt(a, gw)
+
+
+def test_an_ipv6_literal_host_is_bracketed_in_alert_details(gateway, net, tmp_path):
+    # "::1:1" reads as the address ::1:1, or as ::1 and port 1: the gate's
+    # refusals write [::1]:1, and so do the alerts now
+    gw, af = start(gateway, net, [api_rule(net)],
+                   {"first_contact": True, "denied_burst": {"max": 1, "per": "1m"}},
+                   tmp_path, state=False)
+    assert request(gw, "GET", "http://[::1]:1/x").status == 403
+    t = connect(gw, "[::1]:1")
+    assert t.status == 403
+    t.close()
+    fc = wait_alert(af, "first_contact")[0]
+    assert fc["host"] == "::1"
+    assert fc["detail"] == "default contacted [::1]:1 for the first time (GET, denied)"
+    db = wait_alert(af, "denied_burst")[0]
+    assert "the last: CONNECT [::1]:1 (ip_literal)" in db["detail"], db
 
 
 def test_upload_bytes_alerts_while_the_upload_runs(gateway, net, tmp_path):

@@ -341,6 +341,46 @@ static struct ipaddr ip_of(const char *s)
     return a;
 }
 
+/* An IPv6 literal host in a detail's HOST:PORT is bracketed, as the
+ * gate's refusals write it: "::1:443" reads as the address ::1:443 with
+ * no port, or as ::1 and port 443. */
+static void ipv6_hosts_are_bracketed_in_details(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.first_contact = true;
+    f->p.alerts.denied_burst = (struct threshold){.set = true, .max = 1, .per_ms = 60000};
+    f->p.alerts.upload_bytes = (struct threshold){.set = true, .max = 1000, .per_ms = 60000};
+    f->p.alerts.auth_failures = (struct threshold){.set = true, .max = 1, .per_ms = 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct egress_event c =
+        ev_of("ci", "CONNECT", "2001:db8::1", VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
+    c.path = NULL;
+    c.port = 443;
+    detectors_feed(f->d, &c, T0);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 1);
+    assert_non_null(strstr(f->got.last_detail, "ci contacted [2001:db8::1]:443 for the first"));
+    detectors_feed(f->d, &c, T0 + 1);
+    assert_int_equal(f->got.n[ALERT_DENIED_BURST], 1);
+    assert_non_null(strstr(f->got.last_detail, "the last: CONNECT [2001:db8::1]:443 ("));
+    struct egress_event up = ev_of("ci", "POST", "2001:db8::1", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    up.kind = EVENT_EGRESS_PROGRESS;
+    up.bytes_up = 2000;
+    detectors_feed(f->d, &up, T0 + 2);
+    assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 1);
+    assert_non_null(strstr(f->got.last_detail, "the last to [2001:db8::1]:80"));
+    struct ipaddr src = ip_of("127.0.0.1");
+    struct egress_event g = auth_ev(&src, true);
+    g.host = "::1";
+    detectors_feed(f->d, &g, T0 + 3);
+    detectors_feed(f->d, &g, T0 + 4);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 1);
+    assert_non_null(strstr(f->got.last_detail, "the last: GET [::1]:80"));
+    /* a name keeps its plain HOST:PORT */
+    c.host = "api.example.test";
+    detectors_feed(f->d, &c, T0 + 5);
+    assert_non_null(strstr(f->got.last_detail, "ci contacted api.example.test:443 for the"));
+}
+
 /* auth_failures: credentials that identify no agent, counted per client
  * source over a sliding window; more than max alerts once (high, no
  * agent), further ones fold into the period's summary. A refusal without
@@ -2241,6 +2281,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(auth_failures_new_burst_after_a_summary_is_told_at_once,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(reload_out_of_memory_keeps_the_settings, setup, teardown),
+        cmocka_unit_test_setup_teardown(ipv6_hosts_are_bracketed_in_details, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
