@@ -35,7 +35,7 @@
 #define STORE_LOCK_FILE "sluice.lock" /* flock()ed: one gateway per store */
 #define STORE_SCHEMA    1
 /* Writes waiting for a commit (queued, or in the writer's hands), and the
- * bytes of text they hold (alert bodies of up to 8 KiB, sink URLs, agent
+ * bytes of text they hold (alert bodies of up to 8 KiB, sink keys, agent
  * and host names); beyond either, the oldest of those queued are dropped.
  * By count alone, 100,000 alerts of a few KiB each held hundreds of MiB
  * while the store could not be written. */

@@ -14,6 +14,7 @@
 #include <sqlite3.h>
 
 #include "util/text_json.h"
+#include "util/weburl.h"
 
 static const char schema[] =
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);"
@@ -153,6 +154,55 @@ static int check_layout(sqlite3 *db, char **why)
     return rc;
 }
 
+/* The rows an earlier sluice filed under their webhook's URL ("URL" or
+ * "URL (listing N)"), which the index alert_queue_sink finds by range. */
+#define URL_KEYED                                                                                  \
+    "(sink >= 'http://' AND sink < 'http:/0') OR (sink >= 'https://' AND sink < 'https:/0')"
+
+/* sluice_store_key(KEY): weburl_store_key_of_old(KEY), or KEY itself when
+ * it is no URL key. */
+static void store_key_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    const char *old = (const char *)sqlite3_value_text(argv[0]);
+    bool nomem = false;
+    char *key = old != NULL ? weburl_store_key_of_old(old, &nomem) : NULL;
+    if (nomem)
+        sqlite3_result_error_nomem(ctx);
+    else if (key == NULL)
+        sqlite3_result_value(ctx, argv[0]);
+    else
+        sqlite3_result_text(ctx, key, -1, free);
+}
+
+/* Files the queued alerts a store made before weburl_store_key() holds
+ * under their webhook's URL (whose path is often its credential) under
+ * that key, so that their sinks find them and the URL leaves the file:
+ * secure_delete overwrites the bytes the old keys held (free pages left by
+ * earlier deletions are not rewritten: VACUUM does that). Best effort, as
+ * the index: a store another process holds locked is re-keyed at a later
+ * open, its rows kept meanwhile as those of sinks no longer configured.
+ * Nothing is written when no row has such a key. */
+static void rekey_url_rows(sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    int any = 0;
+    if (sqlite3_prepare_v2(db, "SELECT EXISTS(SELECT 1 FROM alert_queue WHERE " URL_KEYED ")", -1,
+                           &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        any = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (!any || sqlite3_create_function(db, "sluice_store_key", 1,
+                                        SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_DIRECTONLY,
+                                        NULL, store_key_fn, NULL, NULL) != SQLITE_OK)
+        return;
+    sqlite3_exec(db, "PRAGMA secure_delete=ON", NULL, NULL, NULL);
+    sqlite3_exec(db, "UPDATE alert_queue SET sink = sluice_store_key(sink) WHERE " URL_KEYED, NULL,
+                 NULL, NULL);
+    sqlite3_exec(db, "PRAGMA secure_delete=OFF", NULL, NULL, NULL);
+    sqlite3_create_function(db, "sluice_store_key", 1, SQLITE_UTF8, NULL, NULL, NULL, NULL);
+}
+
 /* Opens <path> and makes sure it is a healthy sluice database. Returns
  * SQLITE_OK, or the error (with *db closed and NULL). */
 int store_db_open(const char *path, sqlite3 **db, char **why)
@@ -266,6 +316,7 @@ int store_db_open(const char *path, sqlite3 **db, char **why)
      * at that moment opens all the same. */
     sqlite3_exec(*db, "CREATE INDEX IF NOT EXISTS alert_queue_sink ON alert_queue(sink, id)", NULL,
                  NULL, NULL);
+    rekey_url_rows(*db);
     return SQLITE_OK;
 err:
     /* "disk I/O error" is SQLite's word for any system call that failed:

@@ -186,3 +186,53 @@ char *weburl_label(const char *url)
     free(label);
     return out;
 }
+
+char *weburl_store_key(const char *url, unsigned listing)
+{
+    static const char digits[] = "0123456789abcdef";
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)url, strlen(url), md);
+    size_t cap = sizeof("sha256:") - 1 + 2 * sizeof(md) + sizeof(" (listing 4294967295)");
+    char *key = malloc(cap);
+    if (key == NULL)
+        return NULL;
+    memcpy(key, "sha256:", 7);
+    for (size_t i = 0; i < sizeof(md); i++) {
+        key[7 + 2 * i] = digits[md[i] >> 4];
+        key[8 + 2 * i] = digits[md[i] & 15];
+    }
+    size_t at = 7 + 2 * sizeof(md);
+    key[at] = '\0';
+    if (listing > 1)
+        snprintf(key + at, cap - at, " (listing %u)", listing);
+    return key;
+}
+
+char *weburl_store_key_of_old(const char *old, bool *nomem)
+{
+    *nomem = false;
+    if (strncmp(old, "http://", 7) != 0 && strncmp(old, "https://", 8) != 0)
+        return NULL;
+    /* "URL (listing N)", N from 2 up, as webhook_set_listing() wrote it */
+    const char *sp = strchr(old, ' ');
+    unsigned listing = 1;
+    char *url = NULL;
+    if (sp != NULL) {
+        char *end = NULL;
+        unsigned long n = strncmp(sp, " (listing ", 10) == 0 && sp[10] >= '1' && sp[10] <= '9'
+                              ? strtoul(sp + 10, &end, 10)
+                              : 0;
+        if (n < 2 || n > 4294967295ul || end == NULL || strcmp(end, ")") != 0)
+            sp = NULL; /* no listing: the key whole is the URL */
+        else
+            listing = (unsigned)n;
+    }
+    if (sp != NULL && (url = strndup(old, (size_t)(sp - old))) == NULL) {
+        *nomem = true;
+        return NULL;
+    }
+    char *key = weburl_store_key(url != NULL ? url : old, listing);
+    free(url);
+    *nomem = key == NULL;
+    return key;
+}

@@ -68,4 +68,18 @@ bool weburl_is_https(const char *url);
  * escape. */
 char *weburl_label(const char *url);
 
+/* Returns (malloc'd; NULL when out of memory) the key the state store files
+ * the queued alerts of the <listing>th sink of <url> under: "sha256:" and
+ * the 64 hex digits of the SHA-256 of the whole <url> (the first 8 are its
+ * label's), followed by " (listing N)" for a listing N > 1. Never the URL:
+ * its path or query is often the sink's credential, read from the
+ * environment so that it is in no file, and the store is one. */
+char *weburl_store_key(const char *url, unsigned listing);
+/* For <old>, a key a store made before these keys filed alerts under (the
+ * URL, or "URL (listing N)": a URL holds no space), returns its
+ * weburl_store_key() (malloc'd); NULL, <*nomem> false, when <old> is no
+ * such key (it does not start with http:// or https://), or NULL with
+ * <*nomem> true when out of memory. */
+char *weburl_store_key_of_old(const char *old, bool *nomem);
+
 #endif

@@ -103,8 +103,9 @@ struct webhook {
     struct store *store;
     char *url, *label, *host, *path, *hosthdr;
     /* What the store files the sink's alerts under (webhook_set_listing):
-     * the URL, or for the Nth listing of a URL listed more than once
-     * "URL (listing N)" (a URL holds no space, so no URL reads so). */
+     * weburl_store_key(), the URL's SHA-256, never the URL (its path is
+     * often the credential, and the store is a file), followed for the Nth
+     * listing of a URL listed more than once by " (listing N)". */
     char *key;
     unsigned listing; /* N of "(listing N)"; 1 for the URL alone */
     uint16_t port;
@@ -873,8 +874,8 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
     const char *why = NULL;
     bool https = false;
     *err = NULL;
-    if (w == NULL || (w->url = strdup(url)) == NULL || (w->key = strdup(url)) == NULL ||
-        (w->label = weburl_label(url)) == NULL) {
+    if (w == NULL || (w->url = strdup(url)) == NULL ||
+        (w->key = weburl_store_key(url, 1)) == NULL || (w->label = weburl_label(url)) == NULL) {
         if (w != NULL) {
             free(w->url);
             free(w->key);
@@ -927,12 +928,7 @@ const char *webhook_url(const struct webhook *w)
 
 int webhook_set_listing(struct webhook *w, unsigned n)
 {
-    char *key = n <= 1 ? strdup(w->url) : NULL;
-    if (n > 1) {
-        size_t len = strlen(w->url) + 32;
-        if ((key = malloc(len)) != NULL)
-            snprintf(key, len, "%s (listing %u)", w->url, n);
-    }
+    char *key = weburl_store_key(w->url, n);
     if (key == NULL)
         return -1;
     free(w->key);

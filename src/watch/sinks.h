@@ -131,8 +131,9 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
 /* The sink's full URL (its identity across reloads). */
 const char *webhook_url(const struct webhook *w);
 /* The sink is the <n>th listing (from 1) of its URL in alerts.sinks: the
- * store files its alerts under its URL for the first, under
- * "URL (listing N)" for the others, so that each sink of a URL listed
+ * store files its alerts under weburl_store_key(URL, n) (util/weburl.h:
+ * the URL's SHA-256, never the URL), " (listing N)" added for the
+ * others, so that each sink of a URL listed
  * twice takes back its own alerts only (each alert was stored once per
  * sink). Called before the sink stores or adopts anything; -1 when out of
  * memory (the key is left as it was). */

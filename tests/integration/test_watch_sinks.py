@@ -23,8 +23,8 @@ from conftest import policy_yaml, wait_in_epoll
 from gate_client import poll, request
 from pid1 import AS_PID1, child_pids, children_of, running
 from watch_helpers import (EachRequest, Receiver, Silent, delivered_through, free_tcp_port,
-                           read_request_body, stored_alerts, wait_alert, webhook_label,
-                           webhook_tls_env, write_script)
+                           read_request_body, store_key, stored_alerts, wait_alert,
+                           webhook_label, webhook_tls_env, write_script)
 
 
 def rules(net, tier=3):
@@ -1058,9 +1058,9 @@ def test_webhook_backlog_is_read_as_memory_frees_up(gateway, net, tmp_path):
         db = sqlite3.connect(str(state / "sluice.db"))
         with db:
             db.executemany("INSERT INTO alert_queue(sink, body, created_ms) VALUES(?, ?, 0)",
-                           [("http://127.0.0.1:9/gone", json.dumps({"pad": "x" * 4096}))
-                            for _ in range(5000)] +
-                           [(url, json.dumps({"n": i})) for i in range(300)])
+                           [(store_key("http://127.0.0.1:9/gone"),
+                             json.dumps({"pad": "x" * 4096})) for _ in range(5000)] +
+                           [(store_key(url), json.dumps({"n": i})) for i in range(300)])
         db.close()
         assert os.path.getsize(str(state / "sluice.db")) > 20 * 1024 * 1024
         gw = gateway(pol, args=args, env=env)
@@ -1083,7 +1083,7 @@ def test_webhook_backlog_is_read_as_memory_frees_up(gateway, net, tmp_path):
         db = sqlite3.connect(str(state / "sluice.db"))
         left = db.execute("SELECT sink, count(*) FROM alert_queue GROUP BY sink").fetchall()
         db.close()
-        assert left == [("http://127.0.0.1:9/gone", 5000)]
+        assert left == [(store_key("http://127.0.0.1:9/gone"), 5000)]
     finally:
         rcv.stop()
 

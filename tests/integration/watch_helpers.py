@@ -209,6 +209,14 @@ def webhook_tls_env(directory, scheme, name, san):
     return tls, env
 
 
+def store_key(url, listing=1):
+    """The key the state store files the webhook <url>'s alerts under
+    (util/weburl.h weburl_store_key()): "sha256:" and the hex SHA-256 of
+    the URL, never the URL; " (listing N)" for the Nth listing."""
+    key = "sha256:" + hashlib.sha256(url.encode()).hexdigest()
+    return key if listing == 1 else "%s (listing %d)" % (key, listing)
+
+
 def webhook_label(url):
     """How serve names the webhook <url> (no USER:PASSWORD@) on standard
     error and in /metrics (util/weburl.h weburl_label()): the URL itself

@@ -424,10 +424,10 @@ static void round_trip(void **state)
     assert_int_equal(store_put_baseline(s, "ci", &b), 0);
     assert_int_equal(store_put_counter(s, "alerts.x", 5), 0);
     assert_int_equal(store_put_counter(s, "alerts.x", 6), 0);
-    int64_t q1 = store_queue_add(s, "http://h/", "{\"a\":1}");
-    int64_t q2 = store_queue_add(s, "http://h/", "{\"a\":2}");
+    int64_t q1 = store_queue_add(s, "sink:h/", "{\"a\":1}");
+    int64_t q2 = store_queue_add(s, "sink:h/", "{\"a\":2}");
     assert_true(q1 > 0 && q2 == q1 + 1);
-    assert_int_equal(store_queue_del(s, "http://h/", q1), 0); /* in the same batch as its insert */
+    assert_int_equal(store_queue_del(s, "sink:h/", q1), 0); /* in the same batch as its insert */
     assert_int_equal(store_queue_attempts(s, q2, 3), 0);
     assert_true(store_dirty(s));
     assert_int_equal(flush(s), 0);
@@ -445,20 +445,20 @@ static void round_trip(void **state)
     assert_int_equal(seen.num[0], 10);
     assert_true(seen.d[0] > 3.4 && seen.d[0] < 3.6);
     memset(&seen, 0, sizeof(seen));
-    assert_int_equal(read_queue(s, "http://h/", 10, on_queue, &seen, NULL), 1);
-    assert_string_equal(seen.text[0], "http://h/ {\"a\":2} 3");
+    assert_int_equal(read_queue(s, "sink:h/", 10, on_queue, &seen, NULL), 1);
+    assert_string_equal(seen.text[0], "sink:h/ {\"a\":2} 3");
     assert_int_equal(seen.num[0], q2);
     memset(&seen, 0, sizeof(seen));
     assert_int_equal(store_load_counters(s, on_counter, &seen), 1);
     assert_int_equal(seen.num[0], 6);
     /* ids keep growing across a restart */
-    assert_true(store_queue_add(s, "http://h/", "{}") > q2);
+    assert_true(store_queue_add(s, "sink:h/", "{}") > q2);
     assert_int_equal(store_dropped(s), 0);
     assert_non_null(strstr(store_shown(s), "/var/sluice.db"));
     store_close(s); /* commits on close */
     s = open_ok(sub);
     memset(&seen, 0, sizeof(seen));
-    assert_int_equal(read_queue(s, "http://h/", 10, on_queue, &seen, NULL), 2);
+    assert_int_equal(read_queue(s, "sink:h/", 10, on_queue, &seen, NULL), 2);
     store_close(s);
     store_close(NULL);
 }
@@ -1107,7 +1107,7 @@ static void over_the_cap_the_oldest_tenth_goes(void **state)
     struct store *s = open_ok(dir);
     char host[32];
     sqlite3 *db = other_connection("BEGIN EXCLUSIVE");
-    int64_t lost = store_queue_add(s, "http://127.0.0.1:9/h", "{}"); /* the oldest write */
+    int64_t lost = store_queue_add(s, "sink:127.0.0.1:9/h", "{}"); /* the oldest write */
     assert_true(lost > 0);
     for (int i = 0; i < STORE_PENDING_MAX; i++) {
         snprintf(host, sizeof(host), "h%d", i);
@@ -1116,7 +1116,7 @@ static void over_the_cap_the_oldest_tenth_goes(void **state)
     assert_int_equal(store_dropped(s), STORE_PENDING_MAX / 10);
     assert_int_equal(store_pending(s), STORE_PENDING_MAX - STORE_PENDING_MAX / 10 + 1);
     assert_true(store_queue_lost(s, lost)); /* its queue row was among them */
-    int64_t kept = store_queue_add(s, "http://127.0.0.1:9/h", "{}");
+    int64_t kept = store_queue_add(s, "sink:127.0.0.1:9/h", "{}");
     assert_false(store_queue_lost(s, kept));
     assert_int_equal(flush(s), -1); /* locked: tried again at the next call */
     assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
@@ -1138,7 +1138,7 @@ static void over_the_bytes_cap_the_oldest_go(void **state)
 {
     (void)state;
     struct store *s = open_ok(dir);
-    const char *sink = "http://127.0.0.1:9/h";
+    const char *sink = "sink:127.0.0.1:9/h";
     size_t len = 8000;
     char *body = malloc(len + 1);
     assert_non_null(body);
@@ -1818,7 +1818,7 @@ static void on_queue_ids(int64_t id, const char *sink, const char *body, int att
     struct ids *s = arg;
     (void)body;
     (void)attempts;
-    if (strcmp(sink, "http://a/") != 0)
+    if (strcmp(sink, "sink:a/") != 0)
         s->other = true;
     if (s->n < 16)
         s->id[s->n] = id;
@@ -1835,20 +1835,20 @@ static void queue_rows_of_a_sink_up_to_a_limit(void **state)
     struct store *s = open_ok(dir);
     int64_t first = 0;
     for (int i = 0; i < 50000; i++) {
-        int64_t id = store_queue_add(s, i % 2 == 0 ? "http://b/" : "http://a/", "{}");
+        int64_t id = store_queue_add(s, i % 2 == 0 ? "sink:b/" : "sink:a/", "{}");
         if (i == 1)
             first = id;
     }
     assert_int_equal(flush(s), 0);
     struct ids seen = {0};
-    assert_int_equal(read_queue(s, "http://a/", 10, on_queue_ids, &seen, NULL), 10);
+    assert_int_equal(read_queue(s, "sink:a/", 10, on_queue_ids, &seen, NULL), 10);
     assert_int_equal(seen.n, 10); /* read 10 rows, not 50,000 */
     assert_false(seen.other);
     for (int i = 0; i < 10; i++)
         assert_int_equal(seen.id[i], first + 2 * i); /* the oldest, in order */
     seen = (struct ids){0};
-    assert_int_equal(read_queue(s, "http://c/", 10, on_queue_ids, &seen, NULL), 0);
-    assert_int_equal(read_queue(s, "http://a/", 0, on_queue_ids, &seen, NULL), 0);
+    assert_int_equal(read_queue(s, "sink:c/", 10, on_queue_ids, &seen, NULL), 0);
+    assert_int_equal(read_queue(s, "sink:a/", 0, on_queue_ids, &seen, NULL), 0);
     assert_int_equal(seen.n, 0);
     store_close(s);
     /* a store made before the index gets it at its next open; opened while
@@ -1856,7 +1856,7 @@ static void queue_rows_of_a_sink_up_to_a_limit(void **state)
     sqlite3 *db = other_connection("DROP INDEX alert_queue_sink; BEGIN EXCLUSIVE");
     s = open_ok(dir);
     seen = (struct ids){0};
-    assert_int_equal(read_queue(s, "http://a/", 3, on_queue_ids, &seen, NULL), 3);
+    assert_int_equal(read_queue(s, "sink:a/", 3, on_queue_ids, &seen, NULL), 3);
     assert_false(seen.other);
     assert_int_equal(seen.id[2], first + 4);
     store_close(s);
@@ -1897,23 +1897,19 @@ static void queue_counted_per_sink(void **state)
     assert_int_equal(seen.n, 0);
     int64_t del = 0;
     for (int i = 0; i < 9; i++) {
-        int64_t id = store_queue_add(s,
-                                     i < 3   ? "http://a/"
-                                     : i < 8 ? "http://b/"
-                                             : "http://c/",
-                                     "{}");
+        int64_t id = store_queue_add(s, i < 3 ? "sink:a/" : i < 8 ? "sink:b/" : "sink:c/", "{}");
         if (i == 4)
             del = id;
     }
-    assert_int_equal(store_queue_del(s, "http://b/", del), 0);
+    assert_int_equal(store_queue_del(s, "sink:b/", del), 0);
     assert_int_equal(flush(s), 0);
     assert_int_equal(store_count_queue(s, on_queued, &seen), 3);
     assert_int_equal(seen.n, 3);
-    assert_string_equal(seen.sink[0], "http://a/");
+    assert_string_equal(seen.sink[0], "sink:a/");
     assert_int_equal(seen.rows[0], 3);
-    assert_string_equal(seen.sink[1], "http://b/");
+    assert_string_equal(seen.sink[1], "sink:b/");
     assert_int_equal(seen.rows[1], 4);
-    assert_string_equal(seen.sink[2], "http://c/");
+    assert_string_equal(seen.sink[2], "sink:c/");
     assert_int_equal(seen.rows[2], 1);
     store_close(s);
 }
@@ -1963,7 +1959,7 @@ static int64_t rows_in_db(const char *where)
 static void a_stuck_commit_holds_the_writer_not_the_loop(void **state)
 {
     (void)state;
-    const char *sink = "http://127.0.0.1:9/h";
+    const char *sink = "sink:127.0.0.1:9/h";
     struct store *s = open_ok(dir);
     atomic_store(&wal_writes_on_main, 0);
     int64_t first = store_queue_add(s, sink, "first");
@@ -2004,7 +2000,7 @@ static void a_stuck_commit_holds_the_writer_not_the_loop(void **state)
 static void count_leaves_out_deletions_that_wait(void **state)
 {
     (void)state;
-    const char *sink = "http://127.0.0.1:9/h", *other = "http://127.0.0.1:9/o";
+    const char *sink = "sink:127.0.0.1:9/h", *other = "sink:127.0.0.1:9/o";
     struct store *s = open_ok(dir);
     int64_t a = store_queue_add(s, sink, "a");
     store_queue_add(s, sink, "b");
@@ -2055,7 +2051,7 @@ static bool read_gives(struct store *s, struct store_read *r, int n, int64_t las
 static void a_read_waits_on_the_writers_thread_not_the_loop(void **state)
 {
     (void)state;
-    const char *sink = "http://127.0.0.1:9/h";
+    const char *sink = "sink:127.0.0.1:9/h";
     struct store *s = open_ok(dir);
     int64_t first = store_queue_add(s, sink, "first");
     assert_int_equal(flush(s), 0);
@@ -2089,7 +2085,7 @@ static void a_read_waits_on_the_writers_thread_not_the_loop(void **state)
 static void a_read_knows_which_commits_it_saw(void **state)
 {
     (void)state;
-    const char *sink = "http://127.0.0.1:9/h";
+    const char *sink = "sink:127.0.0.1:9/h";
     struct store *s = open_ok(dir);
     int64_t a = store_queue_add(s, sink, "a"); /* queued, not handed over */
     struct store_read *r = store_queue_read(s, sink, 10, SIZE_MAX, false);
@@ -2116,7 +2112,7 @@ static void a_read_knows_which_commits_it_saw(void **state)
 static void a_read_brings_its_limit_and_cancels(void **state)
 {
     (void)state;
-    const char *sink = "http://127.0.0.1:9/h";
+    const char *sink = "sink:127.0.0.1:9/h";
     struct store *s = open_ok(dir);
     int64_t id[6];
     for (int i = 0; i < 6; i++)
@@ -2131,7 +2127,7 @@ static void a_read_brings_its_limit_and_cancels(void **state)
     assert_int_equal(store_flush(s), 0);
     gate_wait_held();
     struct store_read *held = store_queue_read(s, sink, 3, SIZE_MAX, false);
-    struct store_read *waiting = store_queue_read(s, "http://127.0.0.1:9/o", 3, SIZE_MAX, false);
+    struct store_read *waiting = store_queue_read(s, "sink:127.0.0.1:9/o", 3, SIZE_MAX, false);
     assert_int_equal(held->state, READ_HELD);
     assert_int_equal(waiting->state, READ_WAITING);
     store_queue_read_cancel(s, waiting);
@@ -2149,7 +2145,7 @@ static void a_read_brings_its_limit_and_cancels(void **state)
 static void a_read_holds_at_most_its_bytes(void **state)
 {
     (void)state;
-    const char *sink = "http://127.0.0.1:9/h";
+    const char *sink = "sink:127.0.0.1:9/h";
     struct store *s = open_ok(dir);
     char body[101];
     memset(body, 'x', 100);
@@ -2190,7 +2186,7 @@ static void a_read_holds_at_most_its_bytes(void **state)
 static void a_batch_back_from_the_writer_keeps_its_place(void **state)
 {
     (void)state;
-    const char *sink = "http://127.0.0.1:9/h";
+    const char *sink = "sink:127.0.0.1:9/h";
     struct store *s = open_ok(dir);
     sqlite3 *db = other_connection("BEGIN EXCLUSIVE");
     int64_t id = store_queue_add(s, sink, "x");
@@ -2220,7 +2216,7 @@ static void read_back(int fd, char *buf, size_t n)
 static void a_writer_stuck_at_the_stop_is_reported(void **state)
 {
     (void)state;
-    const char *sink = "http://127.0.0.1:9/h";
+    const char *sink = "sink:127.0.0.1:9/h";
     struct store *s = open_ok(dir);
     int64_t id = store_queue_add(s, sink, "x");
     gate_close();

@@ -280,6 +280,61 @@ static void label_hides_userinfo(void **state)
     free(b);
 }
 
+/* The store's key is the URL's SHA-256 (its first 8 hex digits the
+ * label's), never the URL; an old store's "URL (listing N)" keeps its N. */
+static void store_key_holds_no_url(void **state)
+{
+    (void)state;
+    const char *url = "https://hooks.slack.com/services/T0/B0/XYZ";
+    const char *hex = "c3bfc87a36790a2b2eb1f5b0224d529eff3fa1e3d91a1bb692fe5ee80b1ef939";
+    char want[128];
+    char *k = weburl_store_key(url, 1);
+    snprintf(want, sizeof(want), "sha256:%s", hex);
+    assert_string_equal(k, want);
+    char *label = weburl_label(url);
+    assert_non_null(strstr(label, "#c3bfc87a"));
+    free(label);
+    free(k);
+    k = weburl_store_key(url, 2);
+    snprintf(want, sizeof(want), "sha256:%s (listing 2)", hex);
+    assert_string_equal(k, want);
+    free(k);
+    static const struct {
+        const char *old, *want; /* NULL: no old key, left as it is */
+    } cases[] = {
+        {"https://hooks.slack.com/services/T0/B0/XYZ", ""},
+        {"https://hooks.slack.com/services/T0/B0/XYZ (listing 2)", " (listing 2)"},
+        {"https://hooks.slack.com/services/T0/B0/XYZ (listing 17)", " (listing 17)"},
+        {"sha256:00", NULL},
+        {"", NULL},
+        {"ftp://x/", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bool nomem = true;
+        k = weburl_store_key_of_old(cases[i].old, &nomem);
+        assert_false(nomem);
+        if (cases[i].want == NULL) {
+            assert_null(k);
+            continue;
+        }
+        snprintf(want, sizeof(want), "sha256:%s%s", hex, cases[i].want);
+        assert_string_equal(k, want);
+        free(k);
+    }
+    /* a suffix that is no listing webhook_set_listing() wrote: the key
+     * whole is hashed, as a URL */
+    static const char *const odd[] = {"http://a/ (listing 1)", "http://a/ (listing 02)",
+                                      "http://a/ (listing 2) ", "http://a/ (listing x)"};
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+        bool nomem = true;
+        k = weburl_store_key_of_old(odd[i], &nomem);
+        char *whole = weburl_store_key(odd[i], 1);
+        assert_string_equal(k, whole);
+        free(k);
+        free(whole);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +345,7 @@ int main(void)
         cmocka_unit_test(label_hides_every_path_segment),
         cmocka_unit_test(label_shows_controls_escaped),
         cmocka_unit_test(label_hides_userinfo),
+        cmocka_unit_test(store_key_holds_no_url),
         cmocka_unit_test(accepts_names_and_canonical_ips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
