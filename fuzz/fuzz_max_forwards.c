@@ -10,7 +10,9 @@
  * content, and whose Connection says <keep>; an OPTIONS gets no content,
  * a TRACE (message/http) the head it would have sent on, left as it was,
  * but for the fields whose names say they may hold a secret, and the
- * values of the query parameters whose names do. That echo
+ * values of the parameters whose names do, in its target and in the URL
+ * of a Referer (Origin, Content-Location, Location): a path segment's
+ * after ';', the query's and the fragment's. That echo
  * never reflects more than the head it was given: it parses again as a
  * request (the writer refuses one with more fields than the parser
  * takes), holds no Proxy-Authorization (the agent's
@@ -185,39 +187,119 @@ static void check_echo(const char *e, size_t n, int64_t mf)
     check(n <= req.head_len + req.nheaders + added);
 }
 
+/* The expected echo of a URL, built apart from the gateway's walk: the
+ * URL cut at its first '?' or '#' into its path and its query (the
+ * fragment with it), the path into its '/' segments, each segment into
+ * its name and its ';' parameters, the query into parameters at '&', ';'
+ * and '#'; a parameter with a '=' whose name max_forwards_param_is_secret()
+ * takes is "name=" alone, every other byte as it came. */
+static char want[MAX_HEAD + 64];
+static size_t nwant;
+
+static void want_add(const char *s, size_t n)
+{
+    check(nwant + n <= sizeof(want));
+    memcpy(want + nwant, s, n);
+    nwant += n;
+}
+
+/* Adds the parameter <p> (<n> bytes, no separator), its value left out
+ * when its name is secret. */
+static void want_param(const char *p, size_t n)
+{
+    const char *eq = memchr(p, '=', n);
+    want_add(p, eq != NULL && max_forwards_param_is_secret(p, (size_t)(eq - p))
+                    ? (size_t)(eq + 1 - p)
+                    : n);
+}
+
+static void want_url(const char *u, size_t n)
+{
+    size_t q = 0;
+    while (q < n && u[q] != '?' && u[q] != '#')
+        q++;
+    for (size_t seg = 0; seg < q;) { /* a segment: up to its '/', or the path's end */
+        size_t next = seg;
+        while (next < q && u[next] != '/')
+            next++;
+        const char *semi = memchr(u + seg, ';', next - seg);
+        size_t name_end = semi != NULL ? (size_t)(semi - u) : next;
+        want_add(u + seg, name_end - seg);
+        for (size_t p = name_end; p < next;) { /* p at a ';' */
+            size_t stop = p + 1;
+            while (stop < next && u[stop] != ';')
+                stop++;
+            want_add(";", 1);
+            want_param(u + p + 1, stop - p - 1);
+            p = stop;
+        }
+        if (next < q)
+            want_add("/", 1);
+        seg = next + 1;
+    }
+    if (q == n)
+        return;
+    want_add(u + q, 1); /* the '?' or '#' */
+    for (size_t p = q + 1;;) {
+        size_t stop = p;
+        while (stop < n && u[stop] != '&' && u[stop] != ';' && u[stop] != '#')
+            stop++;
+        want_param(u + p, stop - p);
+        if (stop == n)
+            break;
+        want_add(u + stop, 1);
+        p = stop + 1;
+    }
+}
+
 /* Whether <e> (<elen> bytes) starts with the request line <l> (<n> bytes,
- * its CRLF included) as the echo writes it: its query's parameters (after
- * the target's first '?', each ended by '&' or ';', kept) as they came, but
- * one with a '=' whose name max_forwards_param_is_secret() takes, which is
- * "name=" alone. Returns the length of that line in <e>, or 0. */
+ * its CRLF included) as the echo writes it: its method and version as
+ * they came, its target (between the first and the last space) as
+ * want_url() writes it. Returns the length of that line in <e>, or 0. */
 static size_t is_line_echo_of(const char *e, size_t elen, const char *l, size_t n)
 {
     const char *sp = memchr(l, ' ', n), *end = l + n;
     while (end > l && end[-1] != ' ')
         end--; /* past the space before the version */
-    const char *q = sp != NULL ? memchr(sp, '?', (size_t)(end - sp)) : NULL;
-    size_t k = 0;
-    const char *at = l;
-    if (q != NULL && end > q + 1) {
-        for (const char *p = q + 1; p < end - 1;) {
-            const char *stop = p;
-            while (stop < end - 1 && *stop != '&' && *stop != ';')
-                stop++;
-            const char *eq = memchr(p, '=', (size_t)(stop - p));
-            const char *cut =
-                eq != NULL && max_forwards_param_is_secret(p, (size_t)(eq - p)) ? eq + 1 : stop;
-            size_t len = (size_t)(cut - at);
-            if (k + len > elen || memcmp(e + k, at, len) != 0)
-                return 0;
-            k += len;
-            at = stop; /* the separator, or the space, goes on as it came */
-            p = stop < end - 1 ? stop + 1 : stop;
-        }
+    nwant = 0;
+    if (sp == NULL || end <= sp + 1) {
+        want_add(l, n);
+    } else {
+        want_add(l, (size_t)(sp + 1 - l));
+        want_url(sp + 1, (size_t)(end - 1 - (sp + 1)));
+        want_add(end - 1, (size_t)(l + n - (end - 1)));
     }
-    size_t len = (size_t)(l + n - at);
-    if (k + len > elen || memcmp(e + k, at, len) != 0)
+    if (nwant > elen || memcmp(e, want, nwant) != 0)
         return 0;
-    return k + len;
+    return nwant;
+}
+
+/* Whether <e> (<elen> bytes) starts with the field line <l> (<len> bytes,
+ * its CRLF included) of a URL field: its name and colon as they came, its
+ * value (to the CRLF) as want_url() writes it. Returns its length in <e>,
+ * or 0. */
+static size_t is_url_field_echo_of(const char *e, size_t elen, const char *l, size_t len,
+                                   const char *colon)
+{
+    check(len >= 2 && l[len - 2] == '\r' && l[len - 1] == '\n');
+    nwant = 0;
+    want_add(l, (size_t)(colon + 1 - l));
+    want_url(colon + 1, (size_t)(l + len - 2 - (colon + 1)));
+    want_add("\r\n", 2);
+    if (nwant > elen || memcmp(e, want, nwant) != 0)
+        return 0;
+    return nwant;
+}
+
+/* Whether the field <name> (<n> bytes) holds a URL the echo judges:
+ * Referer, Origin, Content-Location, Location (the oracle's own list). */
+static int is_url_field(const char *name, size_t n)
+{
+    static const char *const urls[] = {"Referer", "Origin", "Content-Location", "Location"};
+    for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++)
+        if (n == strlen(urls[i]) && strncasecmp(name, urls[i], n) == 0)
+            return 1;
+    return 0;
 }
 
 /* Whether <e> (<elen> bytes) is the head <h> (<n> bytes) with the field
@@ -241,6 +323,14 @@ static int is_echo_of(const char *e, size_t elen, const char *h, size_t n)
         }
         const char *colon = memchr(h + at, ':', len);
         if (colon != NULL && max_forwards_field_is_secret(h + at, (size_t)(colon - (h + at)))) {
+            at += len;
+            continue;
+        }
+        if (colon != NULL && is_url_field(h + at, (size_t)(colon - (h + at)))) {
+            size_t got = is_url_field_echo_of(e + k, elen - k, h + at, len, colon);
+            if (got == 0)
+                return 0;
+            k += got;
             at += len;
             continue;
         }
@@ -283,7 +373,17 @@ static void check_echo_parsed(const char *e, size_t n)
         while (k < nsent && max_forwards_field_is_secret(sent[k].name, sent[k].name_len))
             k++;
         check(k < nsent && sent[k].name_len == f->name_len &&
-              memcmp(sent[k].name, f->name, f->name_len) == 0 && same_value(&sent[k], f));
+              memcmp(sent[k].name, f->name, f->name_len) == 0);
+        if (is_url_field(f->name, f->name_len)) {
+            /* its value as want_url() writes it (the space after the colon
+             * is no parameter's: it goes on as it came) */
+            nwant = 0;
+            want_url(sent[k].value, sent[k].value_len);
+            struct http_header w = {.value = want, .value_len = nwant};
+            check(same_value(&w, f));
+        } else {
+            check(same_value(&sent[k], f));
+        }
         k++;
     }
     while (k < nsent && max_forwards_field_is_secret(sent[k].name, sent[k].name_len))

@@ -52,55 +52,116 @@ static bool echo_add(struct evbuffer *out, const char *s, size_t n, size_t *len)
     return true;
 }
 
+/* Names too short to be looked for inside others ("sig" is in X-Design-Id
+ * and ?design=): a parameter is secret when its whole name, decoded, is
+ * one of them. Azure's SAS signature is ?sig=. */
+static const char *const secret_names[] = {"sig"};
+
 bool max_forwards_param_is_secret(const char *name, size_t len)
 {
     for (size_t w = 0; w < sizeof(secret_words) / sizeof(secret_words[0]); w++)
         if (query_name_holds(name, len, secret_words[w]))
             return true;
+    for (size_t w = 0; w < sizeof(secret_names) / sizeof(secret_names[0]); w++)
+        if (query_name_is(name, len, secret_names[w]))
+            return true;
     return false;
 }
 
+/* Where a URL's parts are, for echo_url(): in its path (and what comes
+ * before it), in a ";name=value" parameter of a path segment, or in its
+ * query or fragment. */
+enum url_part { URL_PATH, URL_PATH_PARAM, URL_QUERY };
+
+/* Whether <c> ends a parameter of <part>: a path parameter at ';', '/',
+ * '?' or '#'; a query's at '&' or ';' (util/query.h) or the '#' of the
+ * fragment, whose parameters an OAuth redirect puts its token in. */
+static bool ends_param(enum url_part part, char c)
+{
+    if (part == URL_PATH_PARAM)
+        return c == ';' || c == '/' || c == '?' || c == '#';
+    return query_is_separator(c) || c == '#';
+}
+
+/* The echo of the URL (or request target) of <n> bytes at <s>, added to
+ * <out> (when not NULL) and to <*len>: as it came, but the value of a
+ * parameter whose name is likely to hold a secret
+ * (max_forwards_param_is_secret(): ;jsessionid=, ?api_key=,
+ * ?access_token=, ?api_%6Bey=, #id_token=, ?sig=) left out, its "name="
+ * kept. Parameters are a path segment's after ';' (each ended by ';',
+ * '/', '?' or '#'), and the query's and the fragment's after the first
+ * '?' or '#' (each ended by '&', ';' or '#'). False out of memory. */
+static bool echo_url(const char *s, size_t n, struct evbuffer *out, size_t *len)
+{
+    enum url_part part = URL_PATH;
+    const char *at = s, *end = s + n;
+    while (at < end) {
+        if (part == URL_PATH) {
+            const char *stop = at;
+            while (stop < end && *stop != ';' && *stop != '?' && *stop != '#')
+                stop++;
+            if (stop < end)
+                part = *stop == ';' ? URL_PATH_PARAM : URL_QUERY;
+            stop += stop < end; /* its ';', '?' or '#', as it came */
+            if (!echo_add(out, at, (size_t)(stop - at), len))
+                return false;
+            at = stop;
+            continue;
+        }
+        const char *stop = at;
+        while (stop < end && !ends_param(part, *stop))
+            stop++;
+        const char *eq = memchr(at, '=', (size_t)(stop - at));
+        const char *cut =
+            eq != NULL && max_forwards_param_is_secret(at, (size_t)(eq - at)) ? eq + 1 : stop;
+        if (!echo_add(out, at, (size_t)(cut - at), len))
+            return false;
+        if (stop < end) {
+            if (part == URL_PATH_PARAM && *stop != ';')
+                part = *stop == '/' ? URL_PATH : URL_QUERY;
+            if (!echo_add(out, stop, 1, len))
+                return false;
+            stop++;
+        }
+        at = stop;
+    }
+    return true;
+}
+
 /* The echo of the request line <line> (<n> bytes, its CRLF included): as
- * it came, but the value of a query parameter whose name is likely to
- * hold a secret (max_forwards_param_is_secret(): ?api_key=,
- * ?access_token=, ?api_%6Bey=) left out, its "name=" kept; parameters
- * end at '&' or ';', as a server splits them (util/query.h). Returns its
- * length, or -1 out of memory. */
+ * it came, its target echoed by echo_url(). Returns its length, or -1 out
+ * of memory. */
 static ssize_t echo_request_line(const char *line, size_t n, struct evbuffer *out)
 {
     size_t len = 0;
     const char *sp = memchr(line, ' ', n);
-    const char *q = sp != NULL ? memchr(sp, '?', n - (size_t)(sp - line)) : NULL;
     const char *end = line + n; /* the target's end: the space before the version */
     while (end > line && end[-1] != ' ')
         end--;
-    if (q == NULL || end <= q + 1)
+    if (sp == NULL || end <= sp + 1)
         return echo_add(out, line, n, &len) ? (ssize_t)len : -1;
-    const char *at = q + 1;
-    if (!echo_add(out, line, (size_t)(at - line), &len))
+    if (!echo_add(out, line, (size_t)(sp + 1 - line), &len) ||
+        !echo_url(sp + 1, (size_t)(end - 1 - (sp + 1)), out, &len))
         return -1;
-    while (at < end - 1) { /* end - 1: the space */
-        const char *stop = at;
-        while (stop < end - 1 && !query_is_separator(*stop))
-            stop++;
-        const char *eq = memchr(at, '=', (size_t)(stop - at));
-        size_t keep = eq != NULL && max_forwards_param_is_secret(at, (size_t)(eq - at))
-                          ? (size_t)(eq + 1 - at)
-                          : (size_t)(stop - at);
-        bool sep = stop < end - 1; /* its separator, as it came */
-        if (!echo_add(out, at, keep, &len) || (sep && !echo_add(out, stop, 1, &len)))
-            return -1;
-        at = sep ? stop + 1 : stop;
-    }
     return echo_add(out, end - 1, (size_t)(line + n - (end - 1)), &len) ? (ssize_t)len : -1;
+}
+
+bool max_forwards_field_is_url(const char *name, size_t len)
+{
+    static const char *const url_fields[] = {"referer", "origin", "content-location", "location"};
+    for (size_t i = 0; i < sizeof(url_fields) / sizeof(url_fields[0]); i++)
+        if (len == strlen(url_fields[i]) && strncasecmp(name, url_fields[i], len) == 0)
+            return true;
+    return false;
 }
 
 /* The echo of the head <head> (<n> bytes, as the request writer wrote it:
  * its request line, "name: value" CRLF lines, the empty line): its lines
  * but the fields max_forwards_field_is_secret() names, the request line's
- * secret query values left out (echo_request_line()), added to <out>, or
- * only counted when <out> is NULL. Returns its length, or -1 out of
- * memory. */
+ * target and the value of the fields max_forwards_field_is_url() names
+ * echoed by echo_url() (their secret parameters' values left out), added
+ * to <out>, or only counted when <out> is NULL. Returns its length, or -1
+ * out of memory. */
 static ssize_t echo_lines(const char *head, size_t n, struct evbuffer *out)
 {
     size_t len = 0;
@@ -116,11 +177,24 @@ static ssize_t echo_lines(const char *head, size_t n, struct evbuffer *out)
             continue;
         }
         const char *colon = memchr(head + at, ':', end - at);
-        if (colon == NULL ||
-            !max_forwards_field_is_secret(head + at, (size_t)(colon - head) - at)) {
-            if (out != NULL && evbuffer_add(out, head + at, end - at) != 0)
+        size_t name_len = colon != NULL ? (size_t)(colon - head) - at : 0;
+        if (colon != NULL && max_forwards_field_is_secret(head + at, name_len)) {
+            at = end;
+            continue;
+        }
+        if (colon != NULL && max_forwards_field_is_url(head + at, name_len)) {
+            /* its value up to the line's CRLF (the writer's, always) */
+            size_t v = (size_t)(colon - head) + 1, eol = end;
+            if (eol > v && head[eol - 1] == '\n')
+                eol--;
+            if (eol > v && head[eol - 1] == '\r')
+                eol--;
+            if (!echo_add(out, head + at, v - at, &len) ||
+                !echo_url(head + v, eol - v, out, &len) ||
+                !echo_add(out, head + eol, end - eol, &len))
                 return -1;
-            len += end - at;
+        } else if (!echo_add(out, head + at, end - at, &len)) {
+            return -1;
         }
         at = end;
     }

@@ -30,3 +30,11 @@ bool query_name_holds(const char *n, size_t len, const char *word)
     }
     return false;
 }
+
+bool query_name_is(const char *n, size_t len, const char *word)
+{
+    size_t i = 0, k = 0;
+    while (word[k] != '\0' && i < len && tolower(query_name_byte(n, len, &i)) == word[k])
+        k++;
+    return word[k] == '\0' && i == len;
+}

@@ -24,4 +24,9 @@ int query_name_byte(const char *n, size_t len, size_t *i);
  * (lower case) once decoded, in any case: "api_%6Bey" holds "key". */
 bool query_name_holds(const char *n, size_t len, const char *word);
 
+/* Whether the parameter name <n> (<len> bytes, as sent) is <word> (lower
+ * case) once decoded, in any case, whole: "%73IG" is "sig", "design" is
+ * not. For words too short to be looked for inside other names. */
+bool query_name_is(const char *n, size_t len, const char *word);
+
 #endif

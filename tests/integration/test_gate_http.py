@@ -1712,6 +1712,51 @@ def test_a_trace_echo_judges_query_names_as_a_server_reads_them(gateway, net):
             b"HTTP/1.1\r\n") in raw, raw
 
 
+def test_a_trace_echo_leaves_out_secret_path_parameters(gateway, net):
+    # A path segment's ";name=value" parameters (a servlet's ;jsessionid=,
+    # ;token=) are read by servers as a query's are: the echo leaves out the
+    # values of those whose names say they hold a credential, as it does a
+    # query's, names kept as sent; the others, and the query, as before.
+    raw, _ = _trace_answered_by_the_gateway(
+        gateway, net, b"/t;jsessionid=s3cret-a/u;v=2;%74oken=s3cret-b;flag/w;Api_Key=s3cret-c"
+        b"?q=1&token=s3cret-d", b"")
+    assert b"s3cret" not in raw, raw
+    assert (b"\r\n\r\nTRACE /t;jsessionid=/u;v=2;%74oken=;flag/w;Api_Key=?q=1&token= "
+            b"HTTP/1.1\r\n") in raw, raw
+
+
+def test_a_trace_echo_leaves_out_a_short_secret_name_only_when_it_is_the_name(gateway, net):
+    # An Azure SAS URL's signature is ?sig=: a name too short to be looked
+    # for inside others (X-Design-Id, ?design=) is one when it is the whole
+    # name, decoded, in any case.
+    raw, _ = _trace_answered_by_the_gateway(
+        gateway, net, b"/t?sv=2022&SIG=s3cret-a&%73ig=s3cret-b&design=7&sigma=1&x-sig=2", b"")
+    assert b"s3cret" not in raw, raw
+    assert (b"\r\n\r\nTRACE /t?sv=2022&SIG=&%73ig=&design=7&sigma=1&x-sig=2 "
+            b"HTTP/1.1\r\n") in raw, raw
+
+
+def test_a_trace_echo_leaves_out_secret_query_values_of_url_fields(gateway, net):
+    # A Referer (or Origin, Content-Location) is a URL: the token an OAuth
+    # redirect put in its query, or its fragment, is the agent's secret as
+    # much as the request's own query's. The echo leaves out those values as
+    # it does the request line's; the rest of the field as it came.
+    raw, authority = _trace_answered_by_the_gateway(
+        gateway, net, b"/t",
+        b"Referer: https://app.example.test/cb;sessionid=s3cret-a?code=7&access_token=s3cret-b"
+        b"#id_token=s3cret-c&state=9\r\nOrigin: https://app.example.test\r\n"
+        b"Content-Location: /r?sig=s3cret-d\r\nX-Note: /n?token=kept-as-sent\r\n")
+    assert b"s3cret" not in raw, raw
+    body = (b"TRACE /t HTTP/1.1\r\nHost: " + authority + b"\r\nMax-Forwards: 0\r\n"
+            b"Referer: https://app.example.test/cb;sessionid=?code=7&access_token="
+            b"#id_token=&state=9\r\nOrigin: https://app.example.test\r\n"
+            b"Content-Location: /r?sig=\r\nX-Note: /n?token=kept-as-sent\r\n"
+            b"Via: 1.1 sluice\r\nConnection: close\r\n\r\n")
+    assert undated(raw) == (b"HTTP/1.1 200 OK\r\nContent-Type: message/http\r\n"
+                            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+                            + body), raw
+
+
 def _field_lines(head):
     """The field lines of the message head <head> (bytes, final CRLF
     included): its lines but the start line and the empty one."""
