@@ -1148,6 +1148,7 @@ static int serve_start(struct run_args *a, const char *cwd, struct served *s,
         signal(SIGPIPE, SIG_IGN);
         signal(SIGINT, SIG_IGN);
         signal(SIGHUP, SIG_IGN);
+        signal(SIGUSR1, SIG_IGN); /* the logs' reopen, once the gateway is up */
         signal(SIGXFSZ, SIG_IGN); /* a log past RLIMIT_FSIZE: EFBIG, as serve */
         /* run's caller may have blocked signals (the box's command keeps
          * them blocked, as execve() would): the gateway's SIGTERM must come */

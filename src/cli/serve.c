@@ -344,7 +344,7 @@ static int serve_main(int argc, char **argv)
     stop_signals_hold(&mask);
     sigemptyset(&stops);
     sigaddset(&stops, SIGTERM);
-    sigaddset(&stops, SIGINT); /* a SIGHUP stays pending: it reloads once serve is up */
+    sigaddset(&stops, SIGINT); /* a SIGHUP (SIGUSR1) stays pending: it reloads (reopens) once up */
     int stop_sig = 0;
     unsigned grace = gateway_grace_ms(a->grace_ms);
     struct startup_load how = {
@@ -397,6 +397,7 @@ static int serve_main(int argc, char **argv)
     sigdelset(&mask, SIGTERM);
     sigdelset(&mask, SIGINT);
     sigdelset(&mask, SIGHUP);
+    sigdelset(&mask, SIGUSR1);
     sigdelset(&mask, SIGCHLD);
     sigprocmask(SIG_SETMASK, &mask, NULL);
     if (gw == NULL) {

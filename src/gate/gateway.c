@@ -876,6 +876,15 @@ void gateway_stop(struct gateway *gw)
     evtimer_add(gw->grace_timer, &tv);
 }
 
+/* The --log and --alerts files opened anew (SIGHUP's, and SIGUSR1's alone). */
+static void reopen_logs(struct gateway *gw)
+{
+    watch_reopen(gw->watch);
+    if (gw->log != NULL)
+        log_jsonl_reopen_soon(gw->log,
+                              "sluice: cannot reopen the log; still writing to the old file\n");
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct gateway *gw = arg;
@@ -887,10 +896,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
             fputs("sluice: SIGHUP during the stop: the policy is not reloaded\n", stderr);
         else
             reload_request(gw);
-        watch_reopen(gw->watch);
-        if (gw->log != NULL)
-            log_jsonl_reopen_soon(gw->log,
-                                  "sluice: cannot reopen the log; still writing to the old file\n");
+        reopen_logs(gw);
+        return;
+    }
+    /* SIGUSR1, which logrotate configurations written for nginx and others
+     * send to reopen the logs: its default action killed the gateway */
+    if (sig == SIGUSR1) {
+        reopen_logs(gw);
         return;
     }
     gateway_stop(gw);
@@ -1013,13 +1025,15 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         gw->nlisteners++;
     }
     gw->sig_hup = evsignal_new(gw->base, SIGHUP, on_signal, gw);
+    gw->sig_usr1 = evsignal_new(gw->base, SIGUSR1, on_signal, gw);
     gw->sig_term = evsignal_new(gw->base, SIGTERM, on_signal, gw);
     gw->sig_int = evsignal_new(gw->base, SIGINT, on_signal, gw);
     gw->grace_timer = evtimer_new(gw->base, on_grace_over, gw);
     gw->day_timer = evtimer_new(gw->base, on_day_timer, gw);
     gw->reload = reload_new(gw); /* NULL: made at the first SIGHUP */
-    if (gw->sig_hup == NULL || gw->sig_term == NULL || gw->sig_int == NULL ||
-        gw->grace_timer == NULL || gw->day_timer == NULL || evsignal_add(gw->sig_hup, NULL) < 0 ||
+    if (gw->sig_hup == NULL || gw->sig_usr1 == NULL || gw->sig_term == NULL ||
+        gw->sig_int == NULL || gw->grace_timer == NULL || gw->day_timer == NULL ||
+        evsignal_add(gw->sig_hup, NULL) < 0 || evsignal_add(gw->sig_usr1, NULL) < 0 ||
         evsignal_add(gw->sig_term, NULL) < 0 || evsignal_add(gw->sig_int, NULL) < 0) {
         snprintf(err, errlen, "cannot install signal handlers");
         goto err;
@@ -1080,7 +1094,8 @@ uint64_t gateway_free(struct gateway *gw)
     /* waits for a load in progress, at most what is left of --grace */
     reload_free(gw->reload, grace_left_ms(gw, RELOAD_WAIT_MIN_MS));
     gw->reload = NULL;
-    struct event *evs[] = {gw->sig_hup, gw->sig_term, gw->sig_int, gw->grace_timer, gw->day_timer};
+    struct event *evs[] = {gw->sig_hup, gw->sig_usr1,    gw->sig_term,
+                           gw->sig_int, gw->grace_timer, gw->day_timer};
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
         if (evs[i] != NULL)
             event_free(evs[i]);

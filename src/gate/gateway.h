@@ -157,7 +157,7 @@ struct gateway {
      * (indexed by enum shortage_kind: each told once a minute); 0 never */
     uint64_t short_told_ms[SHORTAGE_KINDS];
     int64_t stop_began_ms; /* CLOCK_MONOTONIC, at SIGTERM/SIGINT; 0 before */
-    struct event *sig_hup, *sig_term, *sig_int, *grace_timer;
+    struct event *sig_hup, *sig_usr1, *sig_term, *sig_int, *grace_timer;
     /* Wakes when the UTC day changes (at most DAY_CHECK_MAX_MS apart, gateway.c):
      * open tunnels are decided again, grants ending with their day. */
     struct event *day_timer;

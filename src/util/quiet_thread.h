@@ -1,7 +1,7 @@
 /* quiet_thread: a helper thread that takes none of the process's signals.
  *
- * The gateway's signals (SIGTERM, SIGINT, SIGHUP, SIGCHLD) belong to the
- * event loop's thread, whose libevent handlers take them; a helper thread
+ * The gateway's signals (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGCHLD) belong to
+ * the event loop's thread, whose libevent handlers take them; a helper thread
  * (the background reload, the WAL checkpointer, the standard-error relay,
  * the exec sinks' spawner) starts with every signal blocked so that the
  * kernel never delivers one to it. quiet_thread_job_end() ends the job of

@@ -1,4 +1,4 @@
-/* stop_signals: SIGTERM, SIGINT and SIGHUP held while serve starts (see
+/* stop_signals: SIGTERM, SIGINT, SIGHUP and SIGUSR1 held while serve starts (see
  * stop_signals.h). */
 #include "util/stop_signals.h"
 
@@ -11,7 +11,7 @@ static void nothing(int sig)
 
 void stop_signals_hold(sigset_t *old)
 {
-    static const int stops[] = {SIGTERM, SIGINT, SIGHUP};
+    static const int stops[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
     sigset_t set;
     sigemptyset(&set);
     for (size_t i = 0; i < sizeof(stops) / sizeof(stops[0]); i++)

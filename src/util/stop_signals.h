@@ -1,9 +1,10 @@
-/* stop_signals: SIGTERM, SIGINT and SIGHUP held, never lost, while serve
- * starts.
+/* stop_signals: SIGTERM, SIGINT, SIGHUP and SIGUSR1 held, never lost, while
+ * serve starts.
  *
  * serve blocks them while it starts (loading a large state store takes
- * seconds), so that one sent meanwhile stops or reloads it as soon as its
- * handlers are in place, and gives them a disposition that does not kill:
+ * seconds), so that one sent meanwhile stops or reloads it (or reopens its
+ * logs) as soon as its handlers are in place, and gives them a disposition
+ * that does not kill:
  * libevent puts back the disposition it found when the gateway frees its
  * signal events, and a second SIGTERM that arrives while the logs are
  * flushed at exit must not kill the process half way through. SIG_IGN
@@ -15,7 +16,7 @@
 
 #include <signal.h>
 
-/* Blocks SIGTERM, SIGINT and SIGHUP (the mask before into <old>) and gives
+/* Blocks SIGTERM, SIGINT, SIGHUP and SIGUSR1 (the mask before into <old>) and gives
  * each a handler that does nothing. */
 void stop_signals_hold(sigset_t *old);
 

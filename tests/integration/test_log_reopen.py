@@ -20,6 +20,7 @@ import pytest
 from gate_client import api_rule, other_rule, other_url, poll, request
 from held_requests import decided, healthz
 from test_gate_reload import STOP_HANG_GUARD_S, _cgroup_write, _exit_status, _pids_cgroup
+from conftest import policy_yaml
 from uffd_hold import DirLock, stop_while_held, threads_in
 from watch_helpers import alerts, free_tcp_port, wait_alert
 
@@ -252,3 +253,50 @@ def test_a_sighup_with_no_thread_for_the_reopen_keeps_the_fifo(gateway, net, tmp
             gw.proc.wait(STOP_HANG_GUARD_S)
         os.rmdir(cg)
         os.close(rd)
+
+
+def _usr1_gateway(gateway, net, tmp_path):
+    """A gateway with --log and --alerts files of its own, after one
+    allowed request (/before, first contact alerted); returns (it, the
+    log's path, the alerts' path)."""
+    log, al = str(tmp_path / "log.jsonl"), str(tmp_path / "alerts.jsonl")
+    gw = gateway(net.policy([api_rule(net)], alerts={"first_contact": True}),
+                 args=["--log", log, "--alerts", al])
+    assert request(gw, "GET", net.url("/before")).status == 200
+    poll(lambda: paths_in(log) == ["/before"], what="the /before line")
+    wait_alert(al, "first_contact", host="api.example.test")
+    return gw, log, al
+
+
+def test_sigusr1_reopens_the_logs_after_a_rename(gateway, net, tmp_path):
+    # logrotate configurations written for nginx and others send SIGUSR1
+    # to reopen the logs: at its default action it killed the gateway.
+    gw, log, al = _usr1_gateway(gateway, net, tmp_path)
+    os.rename(log, log + ".1")
+    os.rename(al, al + ".1")
+    gw.proc.send_signal(signal.SIGUSR1)
+    poll(lambda: gw.proc.poll() is not None or (os.path.exists(log) and os.path.exists(al)),
+         what="the log and alerts reopened by the SIGUSR1")
+    assert gw.proc.poll() is None, gw.stderr()[-2000:]
+    assert request(gw, "GET", net.url("/after")).status == 200
+    assert request(gw, "GET", "http://after.example.test/").status == 403
+    poll(lambda: paths_in(log)[:1] == ["/after"], what="the /after line in the new file")
+    wait_alert(al, "first_contact", host="after.example.test")
+    gw.stop()
+    assert paths_in(log + ".1") == ["/before"]
+
+
+def test_sigusr1_does_not_reload_the_policy(gateway, net, tmp_path):
+    # Only the logs: a changed policy is not loaded (SIGHUP does both).
+    gw, log, al = _usr1_gateway(gateway, net, tmp_path)
+    gw.write_policy(policy_yaml(net.policy([])))  # would deny /after
+    os.rename(log, log + ".1")
+    gw.proc.send_signal(signal.SIGUSR1)
+    poll(lambda: gw.proc.poll() is not None or os.path.exists(log),
+         what="the log reopened by the SIGUSR1")
+    assert gw.proc.poll() is None, gw.stderr()[-2000:]
+    assert request(gw, "GET", net.url("/after")).status == 200
+    poll(lambda: paths_in(log) == ["/after"], what="the /after line")
+    gw.stop()
+    err = gw.stderr()
+    assert "reload" not in err, err[-2000:]
