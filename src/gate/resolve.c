@@ -963,12 +963,16 @@ static void flight_move(struct resolver *r, struct flight *f)
         finish_later(f);
 }
 
+/* The addresses dns.static pins <name> to, into <out>: a binary search of
+ * the map, sorted as the loader sorts it (before, a scan of all of it at
+ * every lookup, and again for resolver_asks_servers()). */
 static size_t static_answers(const struct resolver *r, const char *name, struct ipaddr *out)
 {
+    const struct dns_static *s = dns_static_find(r->statics, r->nstatics, name);
+    const struct dns_static *end = r->statics + r->nstatics;
     size_t n = 0;
-    for (size_t i = 0; i < r->nstatics && n < RESOLVE_MAX_ADDRS; i++)
-        if (strcmp(r->statics[i].name, name) == 0)
-            out[n++] = r->statics[i].addr;
+    for (; s != NULL && s < end && n < RESOLVE_MAX_ADDRS && strcmp(s->name, name) == 0; s++)
+        out[n++] = s->addr;
     return n;
 }
 

@@ -83,7 +83,8 @@ enum resolve_err {
 typedef void (*resolve_cb)(int err, const struct ipaddr *addrs, size_t n, void *arg);
 
 /* Returns a new resolver on <base> (borrowed, must outlive it) configured
- * from <cfg> (borrowed; the static map is copied). Servers come from
+ * from <cfg> (borrowed; the static map is copied, and must be sorted by
+ * dns_static_cmp(), as the loader sorts it). Servers come from
  * cfg->servers ("IP", "IP:PORT", "[V6]:PORT"), else /etc/resolv.conf.
  * Returns NULL with <*err> set (malloc'd, caller frees) when a configured
  * server cannot be added or memory runs out. */

@@ -1434,17 +1434,11 @@ static int dns_static_entry(struct load_ctx *c, const struct ynode *k, const str
     return 1;
 }
 
-static int cmp_static(const void *a, const void *b)
-{
-    const struct dns_static *x = a, *y = b;
-    int r = strcmp(x->name, y->name);
-    return r != 0 ? r : (x->line < y->line ? -1 : x->line > y->line);
-}
-
-/* Sorts dns.static by name (so lookups may bsearch) and drops repeats. */
+/* Sorts dns.static by name (so lookups may bsearch: dns_static_find()) and
+ * drops repeats. */
 static void dns_static_dedup(struct load_ctx *c, struct dns_cfg *d)
 {
-    qsort(d->statics, d->nstatics, sizeof(*d->statics), cmp_static);
+    qsort(d->statics, d->nstatics, sizeof(*d->statics), dns_static_cmp);
     size_t out = 0, first = 0;
     for (size_t i = 0; i < d->nstatics; i++) {
         if (i > 0 && strcmp(d->statics[i].name, d->statics[first].name) == 0) {

@@ -21,6 +21,29 @@ static const struct {
     {"OPTIONS", METHOD_OPTIONS}, {"TRACE", METHOD_TRACE}, {"CONNECT", METHOD_CONNECT},
 };
 
+int dns_static_cmp(const void *a, const void *b)
+{
+    const struct dns_static *x = a, *y = b;
+    int r = strcmp(x->name, y->name);
+    return r != 0 ? r : (x->line < y->line ? -1 : x->line > y->line);
+}
+
+/* bsearch()'s: the key a name, by dns_static_cmp()'s first order. */
+static int static_name_cmp(const void *key, const void *elem)
+{
+    return strcmp(key, ((const struct dns_static *)elem)->name);
+}
+
+const struct dns_static *dns_static_find(const struct dns_static *s, size_t n, const char *name)
+{
+    if (n == 0)
+        return NULL;
+    const struct dns_static *hit = bsearch(name, s, n, sizeof(*s), static_name_cmp);
+    while (hit != NULL && hit > s && strcmp(hit[-1].name, name) == 0)
+        hit--;
+    return hit;
+}
+
 unsigned method_bit(const char *method)
 {
     if (method == NULL)

@@ -130,6 +130,17 @@ struct dns_static {
     int line;
 };
 
+/* dns.static's order, a qsort() comparator of two struct dns_static: by
+ * name (strcmp() of the normal forms), then line. The loader sorts the
+ * list so; dns_static_find() searches a list so sorted. */
+int dns_static_cmp(const void *a, const void *b);
+
+/* The first of the entries of <s> (<n> of them, sorted by dns_static_cmp())
+ * whose name is <name> (normal form), the others with it following it; or
+ * NULL. A binary search: a list of 10,000 names is not scanned for each
+ * lookup. */
+const struct dns_static *dns_static_find(const struct dns_static *s, size_t n, const char *name);
+
 /* alerts.sinks holds at most this many: each webhook makes a TLS context
  * of its own, the system's CA store read into it (some 45 ms and hundreds
  * of KiB), at start and, for a new one, at a reload, on the loop. */

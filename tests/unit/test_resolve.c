@@ -318,6 +318,82 @@ static void test_static_map(void **state)
     event_base_free(base);
 }
 
+/* A map of 10,000 names, sorted as the loader sorts it: every name found
+ * (the first, the last, one in the middle, and a name listed twice, both
+ * its addresses), none that is not listed, and never a server asked. */
+#define MANY_STATICS 10000
+
+static void assert_static(struct event_base *base, struct resolver *r, const char *name,
+                          struct ipaddr want)
+{
+    struct result res = {.base = base};
+    assert_non_null(resolver_lookup(r, name, on_result, &res));
+    run_until(base, &res, 1000);
+    assert_int_equal(res.calls, 1);
+    assert_int_equal(res.err, 0);
+    assert_int_equal(res.n, 1);
+    assert_addr(&res.a[0], want);
+    assert_false(resolver_asks_servers(r, name));
+}
+
+static struct ipaddr v4_of(uint32_t i)
+{
+    struct ipaddr a = v4("127.0.0.0");
+    a.b[13] = (uint8_t)(i >> 16);
+    a.b[14] = (uint8_t)(i >> 8);
+    a.b[15] = (uint8_t)i;
+    return a;
+}
+
+static void test_static_map_many(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct dns_static *st = calloc(MANY_STATICS + 1, sizeof(*st));
+    char(*names)[32] = calloc(MANY_STATICS, sizeof(*names));
+    assert_non_null(st);
+    assert_non_null(names);
+    for (uint32_t i = 0; i < MANY_STATICS; i++) {
+        snprintf(names[i], sizeof(names[i]), "h%05u.example.test", (unsigned)i);
+        st[i] = (struct dns_static){.name = names[i], .addr = v4_of(i + 1), .line = (int)i};
+    }
+    /* the last name twice (a caller's map may list one more than once) */
+    st[MANY_STATICS] = (struct dns_static){
+        .name = names[MANY_STATICS - 1], .addr = v6("::1"), .line = MANY_STATICS};
+    for (size_t i = 1; i <= MANY_STATICS; i++)
+        assert_true(dns_static_cmp(&st[i - 1], &st[i]) < 0);
+    struct resolver *r = new_resolver(base, d.addr, st, MANY_STATICS + 1);
+
+    assert_static(base, r, "h00000.example.test", v4_of(1));
+    assert_static(base, r, "h05000.example.test", v4_of(5001));
+    assert_static(base, r, "h09998.example.test", v4_of(9999));
+    struct result two = {.base = base};
+    assert_non_null(resolver_lookup(r, "h09999.example.test", on_result, &two));
+    run_until(base, &two, 1000);
+    assert_int_equal(two.n, 2);
+    assert_addr(&two.a[0], v4_of(MANY_STATICS));
+    assert_addr(&two.a[1], v6("::1"));
+    /* every one of them */
+    for (uint32_t i = 0; i < MANY_STATICS; i++)
+        assert_false(resolver_asks_servers(r, names[i]));
+    assert_int_equal(d.queries, 0);
+    /* not listed: before the first, after the last, between two */
+    assert_true(resolver_asks_servers(r, "a.example.test"));
+    assert_true(resolver_asks_servers(r, "h00000.example.tes"));
+    assert_true(resolver_asks_servers(r, "h05000x.example.test"));
+    assert_true(resolver_asks_servers(r, "h10000.example.test"));
+    assert_true(resolver_asks_servers(r, "z.example.test"));
+    assert_true(resolver_asks_servers(r, "H00000.example.test")); /* not the normal form */
+
+    resolver_free(r);
+    free(names);
+    free(st);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
 static void test_server_answers(void **state)
 {
     (void)state;
@@ -1697,6 +1773,7 @@ int main(void)
     event_set_mem_functions(count_or_fail_malloc, count_realloc, free);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_static_map),
+        cmocka_unit_test(test_static_map_many),
         cmocka_unit_test(test_server_answers),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_timeout),
