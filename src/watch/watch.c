@@ -116,7 +116,7 @@ static void on_alert(const struct alert *a, void *arg)
         return; /* unreachable: ten strings of 256 bytes and the rest fit */
     if (w->file != NULL)
         log_jsonl_write_line(w->file, line, n);
-    /* sinks get the object without the newline */
+    /* exec sinks get the line with its newline, webhooks the object without */
     for (size_t i = 0; i < w->nexecs; i++)
         if (w->exec != NULL)
             exec_runner_run(w->exec, w->execs[i], line, n);
