@@ -35,6 +35,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1398,15 +1399,71 @@ static void reset_terminal_attributes(void)
         fputs("\x1b[0m", stderr);
 }
 
-static void print_summary(const struct run_args *a, const struct served *s, unsigned long relayed,
-                          int code)
+/* How long run's summary may wait for standard error to take it: a reader
+ * that never reads (a full pipe, a terminal stopped by ^S) held run, its
+ * command ended, for ever. */
+#define RUN_SUMMARY_WAIT_S 3
+
+static void interrupt_only(int sig)
+{
+    (void)sig;
+}
+
+/* The summary's deadline: a SIGALRM, handled without SA_RESTART, ends a
+ * write() to standard error still waiting RUN_SUMMARY_WAIT_S from now
+ * (EINTR: stdio gives up what is left of it), and each 0.1 s after, so
+ * that none of the summary's later writes waits longer either.
+ * summary_deadline_end() takes it away, the mask and handler as before. */
+struct summary_deadline {
+    struct sigaction sa;
+    sigset_t mask;
+};
+
+static void summary_deadline_start(struct summary_deadline *d)
+{
+    struct sigaction sa = {.sa_handler = interrupt_only};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, &d->sa);
+    struct itimerval it = {.it_value = {.tv_sec = RUN_SUMMARY_WAIT_S},
+                           .it_interval = {.tv_usec = 100 * 1000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    sigset_t alrm;
+    sigemptyset(&alrm);
+    sigaddset(&alrm, SIGALRM);
+    sigprocmask(SIG_UNBLOCK, &alrm, &d->mask);
+}
+
+static void summary_deadline_end(const struct summary_deadline *d)
+{
+    struct itimerval off = {.it_value = {.tv_sec = 0}, .it_interval = {.tv_sec = 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    sigprocmask(SIG_SETMASK, &d->mask, NULL);
+    sigaction(SIGALRM, &d->sa, NULL);
+}
+
+/* The decision log's counts for the summary (and the alerts file's). */
+static void tally_served(const struct run_args *a, const struct served *s, struct tally *t)
+{
+    tally_log(s->log_fd, s->log_start, t);
+    if (a->alerts != NULL && !same_file(s->log_fd, s->alerts_fd)) {
+        struct tally ta = {0};
+        tally_log(s->alerts_fd, s->alerts_start, &ta);
+        t->alerts += ta.alerts;
+        t->cut = t->cut || ta.cut;
+        t->overlong += ta.overlong;
+    }
+}
+
+/* The summary's lines: <t> the log's counts, NULL with --proxy. */
+static void print_summary_lines(const struct run_args *a, const struct served *s,
+                                const struct tally *t, unsigned long relayed, int code)
 {
     reset_terminal_attributes();
     /* On a line of its own, though the command's last output had no line
      * end; after the reset, else the spaces that find that line would be
      * painted in a background the command left set. */
     term_line_fresh(stderr, STDERR_FILENO);
-    if (a->proxy != NULL) {
+    if (t == NULL) {
         char *shown = text_shown(a->proxy); /* as --proxy's usage error shows it */
         fprintf(stderr,
                 "sluice run: exit %d; relayed %lu connection%s to unix:%s (its gateway logs "
@@ -1415,32 +1472,39 @@ static void print_summary(const struct run_args *a, const struct served *s, unsi
         free(shown);
         return;
     }
-    struct tally t = {0};
-    tally_log(s->log_fd, s->log_start, &t);
-    if (a->alerts != NULL && !same_file(s->log_fd, s->alerts_fd)) {
-        struct tally ta = {0};
-        tally_log(s->alerts_fd, s->alerts_start, &ta);
-        t.alerts += ta.alerts;
-        t.cut = t.cut || ta.cut;
-        t.overlong += ta.overlong;
-    }
     char rep[48] = "", skipped[96] = "";
-    if (t.reported > 0)
-        snprintf(rep, sizeof(rep), ", reported %lu", t.reported);
-    if (t.overlong > 0)
+    if (t->reported > 0)
+        snprintf(rep, sizeof(rep), ", reported %lu", t->reported);
+    if (t->overlong > 0)
         snprintf(skipped, sizeof(skipped),
-                 " (%lu line%s longer than " RUN_LINE_MAX_TEXT " skipped: see the log)", t.overlong,
-                 t.overlong == 1 ? "" : "s");
+                 " (%lu line%s longer than " RUN_LINE_MAX_TEXT " skipped: see the log)",
+                 t->overlong, t->overlong == 1 ? "" : "s");
     fprintf(stderr,
             "sluice run: exit %d; allowed %lu (tier 0: %lu, tier 1: %lu, tier 2: %lu, tier 3: "
             "%lu), denied %lu%s, alerts %lu%s%s%s%s\n",
-            code, t.allowed_total, t.allowed[0], t.allowed[1], t.allowed[2], t.allowed[3], t.denied,
-            rep, t.alerts, t.read_ok ? "" : " (the decision log could not be read)", skipped,
-            t.cut ? " (counted in the first " RUN_LOG_MAX_TEXT " of the log only: see the log)"
-                  : "",
+            code, t->allowed_total, t->allowed[0], t->allowed[1], t->allowed[2], t->allowed[3],
+            t->denied, rep, t->alerts, t->read_ok ? "" : " (the decision log could not be read)",
+            skipped,
+            t->cut ? " (counted in the first " RUN_LOG_MAX_TEXT " of the log only: see the log)"
+                   : "",
             s->log_lost ? " (the gateway could not write all of its log, see above: the counts "
                           "miss what it lost)"
                         : "");
+}
+
+/* The summary, counted first, then written within RUN_SUMMARY_WAIT_S
+ * (summary_deadline_start()): a standard error that does not take it by
+ * then gets no more of it, and run's status stays the command's. */
+static void print_summary(const struct run_args *a, const struct served *s, unsigned long relayed,
+                          int code)
+{
+    struct tally t = {0};
+    if (a->proxy == NULL)
+        tally_served(a, s, &t);
+    struct summary_deadline d;
+    summary_deadline_start(&d);
+    print_summary_lines(a, s, a->proxy == NULL ? &t : NULL, relayed, code);
+    summary_deadline_end(&d);
 }
 
 /* --- main ------------------------------------------------------------------- */

@@ -453,6 +453,54 @@ def test_the_summary_on_a_terminal_starts_with_an_attribute_reset(box, net, tmp_
 
 
 
+# How long run may take, the command ended, with a standard error no one
+# reads: the summary's few seconds, and the gateway's stop (a hang guard).
+FULL_STDERR_GUARD_S = 60
+
+
+def _full_pipe():
+    """A pipe whose buffer is full: (read end, write end), the write end
+    blocking again once filled (its description is the one run gets)."""
+    r, w = os.pipe()
+    flags = fcntl.fcntl(w, fcntl.F_GETFL)
+    fcntl.fcntl(w, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    try:
+        for _ in range(1 << 16):  # a pipe holds 64 KiB by default, 1 MiB at most
+            os.write(w, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    fcntl.fcntl(w, fcntl.F_SETFL, flags)
+    return r, w
+
+
+def test_a_standard_error_no_one_reads_does_not_hold_run(box, net):
+    """run's summary was written with a blocking write: into a standard
+    error whose reader never reads (a full pipe) it waited for ever, run
+    never ended. The summary is given a few seconds, then left unsaid;
+    run's status stays the command's. (A policy with a rule: one without
+    is warned about at start, a write that would wait first.)"""
+    pol = box.policy(net.policy([api_rule(net)]))
+    r, w = _full_pipe()
+    try:
+        proc = subprocess.Popen([box.bin, "run", "--policy", pol, "--", PY, "-c", "pass"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=w,
+                                cwd=box.workdir, env=_clean_env(None), start_new_session=True)
+        os.close(w)
+        w = -1
+        try:
+            rc = proc.wait(timeout=FULL_STDERR_GUARD_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail("run did not end within %d s: its summary waited for a reader"
+                        % FULL_STDERR_GUARD_S)
+        assert rc == 0
+    finally:
+        if w >= 0:
+            os.close(w)
+        os.close(r)
+
+
 @pytest.mark.parametrize("tz", [None, "Asia/Tokyo", ""])
 def test_command_environment_holds_tz_as_given(box, net, tz):
     """run keeps TZ in its environment from the start, for the off-hours
