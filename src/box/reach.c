@@ -44,48 +44,74 @@ static bool view_mount_point(const struct box_view *v, const char *path)
     return false;
 }
 
-bool reach_can_change(const struct box_view *v, const char *path, const char **root)
+bool reach_walk_start(struct reach_walk *w, const char *path)
 {
-    char cur[PATH_MAX] = "/"; /* resolved so far: no link in it */
-    char rest[PATH_MAX], next[PATH_MAX], target[PATH_MAX], joined[PATH_MAX];
-    if ((size_t)snprintf(rest, sizeof(rest), "%s", path) >= sizeof(rest))
-        return false;
-    const char *r = rest;
-    for (int links = 0;;) {
-        while (*r == '/')
-            r++;
-        if (*r == '\0')
-            break;
-        size_t len = strcspn(r, "/");
-        const char *name = r;
-        r += len;
+    memcpy(w->cur, "/", 2);
+    w->links = 0;
+    w->r = w->rest;
+    return (size_t)snprintf(w->rest, sizeof(w->rest), "%s", path) < sizeof(w->rest);
+}
+
+int reach_walk_next(struct reach_walk *w)
+{
+    for (;;) {
+        while (*w->r == '/')
+            w->r++;
+        if (*w->r == '\0')
+            return 0;
+        size_t len = strcspn(w->r, "/");
+        const char *name = w->r;
+        w->r += len;
         if (len == 1 && name[0] == '.')
             continue;
         if (len == 2 && name[0] == '.' && name[1] == '.') {
-            char *slash = strrchr(cur, '/');
-            slash[slash == cur ? 1 : 0] = '\0';
+            char *slash = strrchr(w->cur, '/');
+            slash[slash == w->cur ? 1 : 0] = '\0';
             continue;
         }
-        if ((size_t)snprintf(next, sizeof(next), "%s%s%.*s", cur, strcmp(cur, "/") == 0 ? "" : "/",
-                             (int)len, name) >= sizeof(next))
-            return false;
-        if (!view_mount_point(v, next) && reach_writable_dir(v, cur, root))
+        return (size_t)snprintf(w->next, sizeof(w->next), "%s%s%.*s", w->cur,
+                                strcmp(w->cur, "/") == 0 ? "" : "/", (int)len,
+                                name) < sizeof(w->next)
+                   ? 1
+                   : -1;
+    }
+}
+
+int reach_walk_link(struct reach_walk *w)
+{
+    char target[PATH_MAX], joined[PATH_MAX];
+    ssize_t t = readlink(w->next, target, sizeof(target) - 1);
+    if (t <= 0 || ++w->links > 40)
+        return -1;
+    target[t] = '\0';
+    if ((size_t)snprintf(joined, sizeof(joined), "%s/%s", target, w->r) >= sizeof(joined))
+        return -1;
+    memcpy(w->rest, joined, strlen(joined) + 1);
+    w->r = w->rest;
+    if (target[0] == '/')
+        memcpy(w->cur, "/", 2);
+    return 0;
+}
+
+void reach_walk_enter(struct reach_walk *w)
+{
+    memcpy(w->cur, w->next, strlen(w->next) + 1);
+}
+
+bool reach_can_change(const struct box_view *v, const char *path, const char **root)
+{
+    struct reach_walk w; /* w.cur, resolved so far: no link in it */
+    if (!reach_walk_start(&w, path))
+        return false;
+    int rc;
+    while ((rc = reach_walk_next(&w)) > 0) {
+        if (!view_mount_point(v, w.next) && reach_writable_dir(v, w.cur, root))
             return true;
         struct stat st;
-        if (lstat(next, &st) < 0 || !S_ISLNK(st.st_mode)) {
-            memcpy(cur, next, strlen(next) + 1);
-            continue;
-        }
-        ssize_t t = readlink(next, target, sizeof(target) - 1);
-        if (t <= 0 || ++links > 40)
+        if (lstat(w.next, &st) < 0 || !S_ISLNK(st.st_mode))
+            reach_walk_enter(&w);
+        else if (reach_walk_link(&w) < 0)
             return false;
-        target[t] = '\0';
-        if ((size_t)snprintf(joined, sizeof(joined), "%s/%s", target, r) >= sizeof(joined))
-            return false;
-        memcpy(rest, joined, strlen(joined) + 1);
-        r = rest;
-        if (target[0] == '/')
-            memcpy(cur, "/", 2);
     }
-    return reach_writable_dir(v, cur, root); /* the file itself */
+    return rc == 0 && reach_writable_dir(v, w.cur, root); /* the file itself */
 }

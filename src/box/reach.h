@@ -13,6 +13,7 @@
 #ifndef SLUICE_BOX_REACH_H
 #define SLUICE_BOX_REACH_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -43,4 +44,24 @@ bool reach_writable_dir(const struct box_view *v, const char *dir, const char **
  * would have been found before. */
 bool reach_can_change(const struct box_view *v, const char *path, const char **root);
 
+/* A walk of a path as the kernel resolves it, one entry at a time: the
+ * caller looks at each (lstat) and enters it or follows it as a link. */
+struct reach_walk {
+    char cur[PATH_MAX];  /* resolved so far, canonical: no link in it */
+    char next[PATH_MAX]; /* the entry to look at, in <cur> */
+    char rest[PATH_MAX];
+    const char *r; /* what is left of <rest> */
+    unsigned links;
+};
+
+/* Starts <w> on <path> (absolute). False when too long. */
+bool reach_walk_start(struct reach_walk *w, const char *path);
+/* Sets <w>->next to the next entry ("." skipped, ".." taken). Returns 1,
+ * 0 at the path's end, -1 when a name is too long. */
+int reach_walk_next(struct reach_walk *w);
+/* Follows <w>->next, a symbolic link. Returns 0, or -1 on more than 40
+ * links, an unreadable one or a path too long. */
+int reach_walk_link(struct reach_walk *w);
+/* Enters <w>->next, no link. */
+void reach_walk_enter(struct reach_walk *w);
 #endif
