@@ -35,7 +35,7 @@
  * (seccomp and privileges), landlock.c, mountinfo.c (the parser audit
  * shares). What run judges from outside, before the box starts, has
  * headers of its own: reach.h, hardlinks.h, exec_guard.h, alert_env.h,
- * git_guard.h;
+ * git_guard.h (git_guard_int.h, git_config_read.h);
  * std_check.c (what descriptors 0-2 may be, and their status flags put
  * back after the box) is declared here. */
 #ifndef SLUICE_BOX_BOX_H

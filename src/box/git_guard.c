@@ -12,17 +12,11 @@
 #include <unistd.h>
 
 #include "box/box_int.h"
+#include "box/git_config_read.h"
+#include "box/git_guard_int.h"
 
-/* How much of a config file is read for extensions.worktreeConfig; one
- * longer is taken to name it. */
-#define CONFIG_READ_MAX (1024 * 1024)
-
-struct search {
-    const struct box_view *v;
-    struct git_guard *g;
-    char *err;
-    size_t errlen;
-};
+/* The most bytes of a `.git` file (`gitdir: PATH`) or a `commondir` read. */
+#define GITFILE_MAX 4096
 
 /* Whether <path> is already in <g>. */
 static bool have(const struct git_guard *g, const char *path)
@@ -33,7 +27,7 @@ static bool have(const struct git_guard *g, const char *path)
     return false;
 }
 
-static int add(struct search *s, enum box_path_kind kind, const char *path)
+int git_guard_add(struct git_search *s, enum box_path_kind kind, const char *path)
 {
     if (have(s->g, path))
         return 0;
@@ -57,13 +51,13 @@ static int add(struct search *s, enum box_path_kind kind, const char *path)
 /* Whether the view leaves <path> writable by the same path as <root> (the
  * git directory's): one the user named, or below a folder the user named
  * between the two, is the user's to decide. */
-static bool ours(const struct search *s, const char *path, const char *root)
+static bool ours(const struct git_search *s, const char *path, const char *root)
 {
     const char *r = NULL;
     return reach_writable_dir(s->v, path, &r) && r != NULL && strcmp(r, root) == 0;
 }
 
-static int join(struct search *s, char *out, const char *dir, const char *name)
+int git_guard_join(struct git_search *s, char *out, const char *dir, const char *name)
 {
     if ((size_t)snprintf(out, PATH_MAX, "%s/%s", dir, name) < PATH_MAX)
         return 0;
@@ -77,34 +71,13 @@ static bool is_dir(const char *path)
     return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* Whether the config file at <path> names extensions.worktreeConfig (read
- * as text, any case; one too long to read whole is taken to). */
-static bool names_worktree_config(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    char *buf = malloc(CONFIG_READ_MAX + 1);
-    size_t n = 0;
-    ssize_t r = 0;
-    while (buf != NULL && n < CONFIG_READ_MAX &&
-           ((r = read(fd, buf + n, CONFIG_READ_MAX - n)) > 0 || (r < 0 && errno == EINTR)))
-        n += r > 0 ? (size_t)r : 0;
-    close(fd);
-    bool named = buf == NULL || n == CONFIG_READ_MAX;
-    for (size_t i = 0; !named && i + 14 <= n; i++)
-        named = strncasecmp(buf + i, "worktreeconfig", 14) == 0;
-    free(buf);
-    return named;
-}
-
 /* <dir>/<name> read-only in the box: a folder (<folder>) or a file, made
  * on the host, empty and owned as <dir> is, when missing and <make>. */
-static int keep(struct search *s, const char *dir, const char *name, bool folder, bool make,
+static int keep(struct git_search *s, const char *dir, const char *name, bool folder, bool make,
                 const char *root)
 {
     char path[PATH_MAX];
-    if (join(s, path, dir, name) < 0)
+    if (git_guard_join(s, path, dir, name) < 0)
         return -1;
     if (!ours(s, path, root))
         return 0;
@@ -141,15 +114,15 @@ static int keep(struct search *s, const char *dir, const char *name, bool folder
                                 "name it with --rw or --ro");
         return -1;
     }
-    return add(s, BOX_PATH_RO, path);
+    return git_guard_add(s, BOX_PATH_RO, path);
 }
 
-static int guard_gitdir(struct search *s, const char *gd, unsigned depth);
+static int guard_gitdir(struct git_search *s, const char *gd, unsigned depth, const char *top);
 
 /* The entries of the folder <dir> (a `modules/` folder or one below it,
  * or a `worktrees/` folder when <worktrees>), the folder itself made a
  * mount point. */
-static int walk(struct search *s, const char *dir, bool worktrees, bool wtc, const char *root,
+static int walk(struct git_search *s, const char *dir, bool worktrees, bool wtc, const char *root,
                 unsigned depth)
 {
     if (!is_dir(dir) || !ours(s, dir, root))
@@ -160,7 +133,7 @@ static int walk(struct search *s, const char *dir, bool worktrees, bool wtc, con
                        "with --ro or --rw to decide for it");
         return -1;
     }
-    if (add(s, BOX_PATH_RW, dir) < 0)
+    if (git_guard_add(s, BOX_PATH_RW, dir) < 0)
         return -1;
     DIR *d = opendir(dir);
     if (d == NULL) {
@@ -181,7 +154,8 @@ static int walk(struct search *s, const char *dir, bool worktrees, bool wtc, con
             rc = -1;
             break;
         }
-        if (join(s, sub, dir, e->d_name) < 0 || join(s, head, sub, "HEAD") < 0) {
+        if (git_guard_join(s, sub, dir, e->d_name) < 0 ||
+            git_guard_join(s, head, sub, "HEAD") < 0) {
             rc = -1;
             break;
         }
@@ -189,10 +163,11 @@ static int walk(struct search *s, const char *dir, bool worktrees, bool wtc, con
             continue;
         struct stat st;
         if (worktrees)
-            rc = add(s, BOX_PATH_RW, sub) < 0 ? -1
-                                              : keep(s, sub, "config.worktree", false, wtc, root);
+            rc = git_guard_add(s, BOX_PATH_RW, sub) < 0
+                     ? -1
+                     : keep(s, sub, "config.worktree", false, wtc, root);
         else if (lstat(head, &st) == 0)
-            rc = guard_gitdir(s, sub, depth + 1);
+            rc = guard_gitdir(s, sub, depth + 1, NULL);
         else
             rc = walk(s, sub, false, false, root, depth + 1);
     }
@@ -202,44 +177,109 @@ static int walk(struct search *s, const char *dir, bool worktrees, bool wtc, con
 
 /* The git directory <gd>: a mount point, its hooks and config read-only,
  * then its submodules' and linked worktrees'. */
-static int guard_gitdir(struct search *s, const char *gd, unsigned depth)
+static int guard_gitdir(struct git_search *s, const char *gd, unsigned depth, const char *top)
 {
+    bool wtc = false;
+    if (git_guard_hooks_paths(s, gd, top, &wtc) < 0)
+        return -1;
     const char *root = NULL;
     if (!reach_writable_dir(s->v, gd, &root) || root == NULL || have(s->g, gd))
         return 0; /* read-only in the box, or kept already */
-    if (strcmp(root, gd) != 0 && add(s, BOX_PATH_RW, gd) < 0)
+    if (strcmp(root, gd) != 0 && git_guard_add(s, BOX_PATH_RW, gd) < 0)
         return -1;
-    char config[PATH_MAX], sub[PATH_MAX];
-    if (join(s, config, gd, "config") < 0)
-        return -1;
-    bool wtc = names_worktree_config(config);
+    char sub[PATH_MAX];
     if (keep(s, gd, "hooks", true, true, root) < 0 ||
         keep(s, gd, "config", false, true, root) < 0 ||
-        keep(s, gd, "config.worktree", false, wtc, root) < 0 || join(s, sub, gd, "modules") < 0 ||
-        walk(s, sub, false, false, root, depth) < 0 || join(s, sub, gd, "worktrees") < 0)
+        keep(s, gd, "config.worktree", false, wtc, root) < 0 ||
+        git_guard_join(s, sub, gd, "modules") < 0 || walk(s, sub, false, false, root, depth) < 0 ||
+        git_guard_join(s, sub, gd, "worktrees") < 0)
         return -1;
     return walk(s, sub, true, wtc, root, depth);
 }
 
-/* The folder <dir>'s own git directory: <dir>/.git when it is a folder. */
-static int guard_folder(struct search *s, const char *dir)
+/* The path a `.git` file (<file>, `gitdir: PATH`) or a `commondir` file
+ * names, relative to <dir>, made canonical into <out>, and <prefix> (the
+ * file's first word, "gitdir:" or none). Returns 1 when it names an
+ * existing folder, 0 otherwise. */
+static int read_pointer(const char *file, const char *dir, const char *prefix, char *out)
+{
+    char buf[GITFILE_MAX + 1], path[PATH_MAX];
+    int fd = open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n;
+    while ((n = read(fd, buf, GITFILE_MAX)) < 0 && errno == EINTR)
+        ;
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    size_t pl = strlen(prefix);
+    if (strncmp(buf, prefix, pl) != 0)
+        return 0;
+    const char *p = buf + pl;
+    p += strspn(p, " \t");
+    int len = p[0] == '/' ? snprintf(path, sizeof(path), "%s", p)
+                          : snprintf(path, sizeof(path), "%s/%s", dir, p);
+    if (p[0] == '\0' || len < 0 || (size_t)len >= sizeof(path) || realpath(path, out) == NULL)
+        return 0;
+    return is_dir(out) ? 1 : 0;
+}
+
+/* The `.git` file <file> of the folder <dir>: read-only, and the git
+ * directory it names kept, a linked worktree's (with a `commondir`) as its
+ * folder and its repository's. A folder without a HEAD is no git's. */
+static int guard_gitfile(struct git_search *s, const char *file, const char *dir)
+{
+    const char *root = NULL;
+    char gd[PATH_MAX], common[PATH_MAX], path[PATH_MAX];
+    if (reach_writable_dir(s->v, dir, &root) && root != NULL && ours(s, file, root) &&
+        git_guard_add(s, BOX_PATH_RO, file) < 0)
+        return -1;
+    if (read_pointer(file, dir, "gitdir:", gd) <= 0 || git_guard_join(s, path, gd, "HEAD") < 0)
+        return 0;
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return 0;
+    if (git_guard_join(s, path, gd, "commondir") < 0)
+        return -1;
+    if (read_pointer(path, gd, "", common) <= 0)
+        return guard_gitdir(s, gd, 0, dir);
+    if (reach_writable_dir(s->v, gd, &root) && root != NULL && strcmp(root, gd) != 0 &&
+        git_guard_add(s, BOX_PATH_RW, gd) < 0)
+        return -1;
+    return guard_gitdir(s, common, 0, dir);
+}
+
+/* The folder <dir>'s own git directory: <dir>/.git, a folder or a file. */
+static int guard_folder(struct git_search *s, const char *dir)
 {
     char gd[PATH_MAX];
-    if (join(s, gd, strcmp(dir, "/") == 0 ? "" : dir, ".git") < 0)
+    struct stat st;
+    if (git_guard_join(s, gd, strcmp(dir, "/") == 0 ? "" : dir, ".git") < 0)
         return -1;
-    return is_dir(gd) ? guard_gitdir(s, gd, 0) : 0;
+    if (lstat(gd, &st) < 0)
+        return 0;
+    if (S_ISDIR(st.st_mode))
+        return guard_gitdir(s, gd, 0, dir);
+    return S_ISREG(st.st_mode) ? guard_gitfile(s, gd, dir) : 0;
 }
 
 /* The writable path <top>, itself a git directory when a folder named
  * `.git`, and it and each folder above it that the view leaves writable. */
-static int guard_top(struct search *s, const char *top)
+static int guard_top(struct git_search *s, const char *top)
 {
-    const char *base = strrchr(top, '/');
-    if (base != NULL && strcmp(base, "/.git") == 0 && is_dir(top) && guard_gitdir(s, top, 0) < 0)
-        return -1;
     char dir[PATH_MAX];
     if ((size_t)snprintf(dir, sizeof(dir), "%s", top) >= sizeof(dir))
         return 0; /* canonical paths of run's: shorter than PATH_MAX */
+    const char *base = strrchr(top, '/');
+    if (base != NULL && strcmp(base, "/.git") == 0 && is_dir(top)) {
+        char tree[PATH_MAX];
+        snprintf(tree, sizeof(tree), "%.*s", base == top ? 1 : (int)(base - top), top);
+        if (guard_gitdir(s, top, 0, tree) < 0)
+            return -1;
+    }
     for (;;) {
         const char *root = NULL;
         if (!reach_writable_dir(s->v, dir, &root))
@@ -255,14 +295,15 @@ static int guard_top(struct search *s, const char *top)
 
 int git_guard_find(const struct box_view *v, struct git_guard *g, char *err, size_t errlen)
 {
-    struct search s = {v, g, err, errlen};
+    struct git_search s = {.v = v, .g = g, .err = err, .errlen = errlen};
     g->n = 0;
-    if (guard_top(&s, v->cwd) < 0)
-        return -1;
-    for (size_t i = 0; i < v->npaths; i++)
+    int rc = git_guard_global(&s) < 0 || guard_top(&s, v->cwd) < 0 ? -1 : 0;
+    for (size_t i = 0; rc == 0 && i < v->npaths; i++)
         if (v->paths[i].kind == BOX_PATH_RW && guard_top(&s, v->paths[i].path) < 0)
-            return -1;
-    return 0;
+            rc = -1;
+    for (size_t i = 0; i < GIT_GUARD_GLOBAL_FILES; i++)
+        git_config_free(&s.global[i]);
+    return rc;
 }
 
 void git_guard_free(struct git_guard *g)

@@ -18,8 +18,16 @@
  * directory and it) is the user's: left out, and not searched below.
  * A missing `hooks` folder or `config` file is made on the host (an empty
  * folder, as `git init` makes, an empty file), owned as the git directory
- * is, since a mount needs a target; nothing else is written. A `.git` that
- * is a file (`gitdir: PATH`) or a link is not followed. */
+ * is, since a mount needs a target; nothing else is written. A `.git`
+ * file (`gitdir: PATH`, a submodule's checkout, a linked worktree, git
+ * init --separate-git-dir) is kept read-only and the git directory it
+ * names kept as above (a linked worktree's: its folder a mount point, and
+ * its repository's `commondir`); a `.git` link is not followed.
+ * Each folder a `core.hooksPath` names (git_hooks_path.c: the repository's
+ * config and the system's and the user's, read by git_config_read.h,
+ * never by running git) that the box leaves writable is kept read-only,
+ * made when missing, each folder between it and its writable path a mount
+ * point; one named `_` (husky 9) keeps the folder above it. */
 #ifndef SLUICE_BOX_GIT_GUARD_H
 #define SLUICE_BOX_GIT_GUARD_H
 

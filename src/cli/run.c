@@ -751,13 +751,15 @@ static int keep_git_dirs(struct run_args *a, const char *cwd)
 }
 
 /* The label of a git directory's path in run's warnings: a config file's
- * (checked for other names as the policy is), none for a folder. */
+ * or a `.git` file's (checked for other names as the policy is), none for
+ * a folder. */
 static const char *git_label(const struct box_path *p)
 {
     struct stat st;
-    return p->kind == BOX_PATH_RO && lstat(p->path, &st) == 0 && S_ISREG(st.st_mode)
-               ? "the git config"
-               : NULL;
+    const char *base = strrchr(p->path, '/');
+    if (p->kind != BOX_PATH_RO || lstat(p->path, &st) < 0 || !S_ISREG(st.st_mode))
+        return NULL;
+    return base != NULL && strcmp(base, "/.git") == 0 ? "the .git file" : "the git config";
 }
 
 /* Why the search <f> stopped before its end, into <out> (<len>). */

@@ -251,3 +251,122 @@ def test_a_hard_link_to_the_config_stops_the_run(world):
     p = world.run([], "echo ran", repo)
     assert p.returncode == 2 and "ran" not in p.stdout, p.stderr
     assert "the git config %s/.git/config has 2 names" % repo in p.stderr, p.stderr
+
+
+# --- core.hooksPath: a hooks folder the config names ---------------------------
+
+# In the box: each write's or rename's result, "ok" or the errno name.
+WRITES = PRELUDE + r"""
+def write(path):
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\necho escaped\n")
+for i, p in enumerate(sys.argv[1:]):
+    if p.startswith("mv:"):
+        py("%d" % i, lambda: os.rename(p[3:], p[3:] + ".old"))
+    else:
+        py("%d" % i, lambda: write(p))
+print(json.dumps(out))
+"""
+
+
+def _writes(world, args, cwd, *paths):
+    p = world.run(args, "exec %s -c '%s' %s" % (PY, WRITES.replace("'", "'\\''"),
+                                                 " ".join(paths)), cwd)
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert lines, (p.stdout, p.stderr)
+    o = json.loads(lines[-1])
+    return [o[str(i)] for i in range(len(paths))]
+
+
+def _husky(world, name, hooks_path):
+    repo = world.repo(name)
+    os.makedirs(os.path.join(repo, hooks_path))
+    with open(os.path.join(repo, ".husky", "pre-commit"), "w") as f:
+        f.write(HOOK)
+    _git(world.env, repo, "config", "core.hooksPath", hooks_path)
+    return repo
+
+
+def test_a_hooks_path_folder_in_the_project_is_kept(world):
+    """husky before 9: core.hooksPath .husky, tracked hooks git runs."""
+    repo = _husky(world, "proj", ".husky")
+    got = _writes(world, [], repo, ".husky/pre-commit", ".husky/post-checkout", "mv:.husky")
+    assert got == ["EROFS", "EROFS", "EBUSY"], got
+    with open(os.path.join(repo, ".husky", "pre-commit")) as f:
+        assert f.read() == HOOK
+    assert sorted(os.listdir(os.path.join(repo, ".husky"))) == ["pre-commit"]
+
+
+def test_husky_9s_hooks_and_the_scripts_they_run_are_kept(world):
+    """husky 9: core.hooksPath .husky/_, whose stubs run .husky/HOOK."""
+    repo = _husky(world, "proj", ".husky/_")
+    got = _writes(world, [], repo, ".husky/_/pre-commit", ".husky/pre-commit", "mv:.husky",
+                  "mv:.husky/_", "src.txt")
+    assert got == ["EROFS", "EROFS", "EBUSY", "EROFS", "ok"], got
+
+
+def test_a_hooks_path_below_a_folder_and_a_missing_one(world):
+    """tools/hooks: tools cannot be renamed away; a missing folder is made."""
+    repo = world.repo("proj")
+    _git(world.env, repo, "config", "core.hooksPath", "tools/git-hooks")
+    got = _writes(world, [], repo, "tools/git-hooks/pre-commit", "mv:tools", "tools/x")
+    assert got == ["EROFS", "EBUSY", "ok"], got
+    assert os.listdir(os.path.join(repo, "tools", "git-hooks")) == []
+
+
+def test_the_users_global_hooks_path(world):
+    """~/.gitconfig's core.hooksPath, ~ expanded, in a writable home; the
+    syntax read as git reads it: header and key on one line, any case,
+    quotes, a comment."""
+    repo = world.repo("proj")
+    with open(os.path.join(world.home, ".gitconfig"), "w") as f:
+        f.write('[user]\n\tname = x\n[Core] HooksPath = "~/my hooks" ; husky\n')
+    os.makedirs(os.path.join(world.home, "my hooks"))
+    got = _writes(world, ["--rw", world.home], repo, "'%s/my hooks/pre-commit'" % world.home,
+                  "%s/x" % world.home)
+    assert got == ["EROFS", "ok"], got
+    # and with no repository in the box at all
+    got = _writes(world, [], world.home, "'%s/my hooks/pre-commit'" % world.home)
+    assert got == ["EROFS"], got
+
+
+def test_naming_the_hooks_path_folder_hands_it_to_the_agent(world):
+    repo = _husky(world, "proj", ".husky")
+    got = _writes(world, ["--rw", ".husky"], repo, ".husky/pre-commit")
+    assert got == ["ok"], got
+
+
+def test_a_hooks_path_that_is_a_link_in_the_project_stops_the_run(world):
+    repo = world.repo("proj")
+    os.makedirs(os.path.join(world.base, "shared-hooks"))
+    os.symlink(os.path.join(world.base, "shared-hooks"), os.path.join(repo, "hooks"))
+    _git(world.env, repo, "config", "core.hooksPath", "hooks")
+    p = world.run([], "echo ran", repo)
+    assert p.returncode == 2 and "ran" not in p.stdout, p.stderr
+    assert "%s/hooks" % repo in p.stderr and "symbolic link" in p.stderr, p.stderr
+
+
+# --- a .git file: the git directory it names -----------------------------------
+
+def test_a_git_files_git_directory_in_the_project_is_kept(world):
+    """git init --separate-git-dir: .git is a file, gitdir: PATH."""
+    d = os.path.join(world.base, "proj")
+    os.makedirs(d)
+    _git(world.env, d, "init", "-q", "--separate-git-dir", os.path.join(d, ".repo"))
+    # a relative gitdir as a submodule's checkout writes it
+    with open(os.path.join(d, ".git"), "w") as f:
+        f.write("gitdir: .repo\n")
+    got = _writes(world, [], d, ".repo/hooks/pre-commit", ".repo/config", "mv:.repo", ".git",
+                  "mv:.git", "a.txt")
+    assert got == ["EROFS", "EROFS", "EBUSY", "EROFS", "EBUSY", "ok"], got
+    with open(os.path.join(d, ".git")) as f:
+        assert f.read() == "gitdir: .repo\n"
+
+
+def test_a_global_config_of_dev_null_reads_empty(world):
+    """GIT_CONFIG_GLOBAL=/dev/null, as CI sets it: no config, the run starts."""
+    repo = _husky(world, "proj", ".husky")
+    world.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
+    got = _writes(world, [], repo, ".husky/pre-commit", "a.txt")
+    assert got == ["EROFS", "ok"], got
