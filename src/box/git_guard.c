@@ -117,6 +117,29 @@ static int keep(struct git_search *s, const char *dir, const char *name, bool fo
     return git_guard_add(s, BOX_PATH_RO, path);
 }
 
+int git_guard_keep_config(struct git_search *s, const char *path, bool make)
+{
+    char real[PATH_MAX], dir[PATH_MAX];
+    struct stat st;
+    const char *root = NULL;
+    if (realpath(path, real) == NULL) {
+        char *slash = strrchr(path, '/');
+        if (!make || errno != ENOENT || slash == NULL || lstat(path, &st) == 0)
+            return 0; /* a dangling link: git reads nothing there either */
+        snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+        if (realpath(dir, real) == NULL || !is_dir(real) ||
+            !reach_writable_dir(s->v, real, &root) || root == NULL)
+            return 0;
+        return keep(s, real, slash + 1, false, true, root);
+    }
+    char *slash = strrchr(real, '/');
+    if (stat(real, &st) < 0 || !S_ISREG(st.st_mode) || slash == NULL || slash == real ||
+        !reach_writable_dir(s->v, real, &root) || root == NULL || strcmp(root, real) == 0)
+        return 0;
+    *slash = '\0';
+    return keep(s, real, slash + 1, false, false, root);
+}
+
 static int guard_gitdir(struct git_search *s, const char *gd, unsigned depth, const char *top);
 
 /* The entries of the folder <dir> (a `modules/` folder or one below it,
@@ -261,9 +284,27 @@ static int guard_folder(struct git_search *s, const char *dir)
         return -1;
     if (lstat(gd, &st) < 0)
         return 0;
-    if (S_ISDIR(st.st_mode))
-        return guard_gitdir(s, gd, 0, dir);
-    return S_ISREG(st.st_mode) ? guard_gitfile(s, gd, dir) : 0;
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+        return 0;
+    /* each folder between the writable path and <dir> a mount point: none
+     * renamed away with the git directory and a new repository made here */
+    const char *root = NULL;
+    if (reach_writable_dir(s->v, dir, &root) && root != NULL && strcmp(root, dir) != 0) {
+        size_t rl = strcmp(root, "/") == 0 ? 0 : strlen(root);
+        snprintf(gd, sizeof(gd), "%s", dir);
+        for (char *slash = strchr(gd + rl + 1, '/');; slash = strchr(slash + 1, '/')) {
+            if (slash != NULL)
+                *slash = '\0';
+            if (git_guard_add(s, BOX_PATH_RW, gd) < 0)
+                return -1;
+            if (slash == NULL)
+                break;
+            *slash = '/';
+        }
+    }
+    if (git_guard_join(s, gd, strcmp(dir, "/") == 0 ? "" : dir, ".git") < 0)
+        return -1;
+    return S_ISDIR(st.st_mode) ? guard_gitdir(s, gd, 0, dir) : guard_gitfile(s, gd, dir);
 }
 
 /* The writable path <top>, itself a git directory when a folder named

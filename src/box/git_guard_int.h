@@ -28,6 +28,12 @@ int git_guard_add(struct git_search *s, enum box_path_kind kind, const char *pat
 /* <dir>/<name> into <out> (PATH_MAX). Returns 0, or -1 with a message. */
 int git_guard_join(struct git_search *s, char *out, const char *dir, const char *name);
 
+/* The user's config file <path> read-only when it is a regular file (a
+ * link's target) the box leaves writable, below its writable path; when
+ * missing and <make>, made empty in its folder (existing, writable) first.
+ * Returns 0, or -1 with a message. */
+int git_guard_keep_config(struct git_search *s, const char *path, bool make);
+
 /* git_hooks_path.c: keeps the hooks folders the config files of the git
  * directory <gd> and the user's name, read-only, relative ones from the
  * working tree's top <top> (core.worktree when the config names it, else

@@ -203,5 +203,12 @@ int git_guard_global(struct git_search *s)
             (git_config_read(paths[i], &s->global[i], s->err, s->errlen) < 0 ||
              keep_hooks_dirs(s, &s->global[i], NULL) < 0))
             return -1;
+    /* the user's (git config --global writes ~/.gitconfig unless only the
+     * XDG file exists: an empty one made then would change where) */
+    struct stat st;
+    for (size_t i = 2; i < GIT_GUARD_GLOBAL_FILES; i++)
+        if (paths[i][0] != '\0' &&
+            git_guard_keep_config(s, paths[i], i == 4 && stat(paths[3], &st) < 0) < 0)
+            return -1;
     return 0;
 }

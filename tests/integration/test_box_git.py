@@ -370,3 +370,40 @@ def test_a_global_config_of_dev_null_reads_empty(world):
     world.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
     got = _writes(world, [], repo, ".husky/pre-commit", "a.txt")
     assert got == ["EROFS", "ok"], got
+
+
+# --- the user's global config in a writable HOME ---------------------------------
+
+def test_the_users_global_config_files_in_a_writable_home_are_kept(world):
+    """`sluice run` from ~: a missing ~/.gitconfig is made, empty, and kept;
+    ~/.config/git/config and the file GIT_CONFIG_GLOBAL names are read-only
+    and cannot be renamed away."""
+    home = world.home
+    got = _writes(world, [], home, ".gitconfig", "mv:.gitconfig", "x")
+    assert got == ["EROFS", "EBUSY", "ok"], got
+    assert os.path.getsize(os.path.join(home, ".gitconfig")) == 0
+    os.makedirs(os.path.join(home, ".config", "git"))
+    for name in (".config/git/config", "global.cfg"):
+        with open(os.path.join(home, name), "w") as f:
+            f.write("[user]\n\tname = x\n")
+    world.env["GIT_CONFIG_GLOBAL"] = os.path.join(home, "global.cfg")
+    got = _writes(world, [], home, ".gitconfig", ".config/git/config", "global.cfg",
+                  "mv:.config/git/config", "mv:global.cfg", "x")
+    assert got == ["EROFS", "EROFS", "EROFS", "EBUSY", "EBUSY", "ok"], got
+    assert os.path.getsize(os.path.join(home, ".gitconfig")) == 0
+    for name in (".config/git/config", "global.cfg"):
+        with open(os.path.join(home, name)) as f:
+            assert f.read() == "[user]\n\tname = x\n"
+
+
+# --- a repository between a writable path and the working directory ------------
+
+def test_a_repository_folder_above_the_working_directory_cannot_be_renamed(world):
+    """--rw of the folder above the project, run from proj/src: proj (whose
+    .git is kept) cannot be renamed away and replaced by a new repository."""
+    repo = world.repo("proj")
+    sub = os.path.join(repo, "src")
+    os.makedirs(sub)
+    got = _writes(world, ["--rw", world.base], sub, "mv:%s" % repo, "%s/b.txt" % repo)
+    assert got == ["EBUSY", "ok"], got
+    assert os.path.isdir(os.path.join(repo, ".git", "hooks"))
