@@ -9,7 +9,8 @@
  * path, and each folder above one that the view leaves writable, a `.git`
  * folder there (or the path itself when it is a folder named `.git`) is
  * made a mount point of its own, writable (one cannot be renamed or
- * removed: EBUSY), with `hooks`, `config` and, when the config names
+ * removed: EBUSY), as is each folder between it and its writable path,
+ * with `hooks`, `config` and, when the config names
  * extensions.worktreeConfig, `config.worktree` read-only; so is each
  * submodule's git directory below `modules/` (nested ones too, every
  * folder on the way a mount point), and each linked worktree's folder
@@ -27,7 +28,10 @@
  * config and the system's and the user's, read by git_config_read.h,
  * never by running git) that the box leaves writable is kept read-only,
  * made when missing, each folder between it and its writable path a mount
- * point; one named `_` (husky 9) keeps the folder above it. */
+ * point; one named `_` (husky 9) keeps the folder above it.
+ * The user's config files (~/.gitconfig, the XDG one, $GIT_CONFIG_GLOBAL's)
+ * the box leaves writable are read-only; a missing ~/.gitconfig is made,
+ * empty, unless only the XDG file exists. */
 #ifndef SLUICE_BOX_GIT_GUARD_H
 #define SLUICE_BOX_GIT_GUARD_H
 
